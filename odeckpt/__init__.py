@@ -1,0 +1,37 @@
+"""odeckpt: ODE solves in JAX, differentiated with optimal checkpointing."""
+
+try:
+    from . import schedules as schedules
+except ImportError:  # TEMP
+    pass
+from ._adjoints import (
+    AbstractAdjoint as AbstractAdjoint,
+    CheckpointAdjoint as CheckpointAdjoint,
+    ForwardMode as ForwardMode,
+)
+from ._controllers import (
+    AbstractStepSizeController as AbstractStepSizeController,
+    ConstantStepSize as ConstantStepSize,
+    PIDController as PIDController,
+    StepTo as StepTo,
+    rms_norm as rms_norm,
+)
+from ._results import RESULTS as RESULTS
+from ._saveat import SaveAt as SaveAt
+from ._solution import Solution as Solution
+from ._solve import diffeqsolve as diffeqsolve
+from ._solvers import (
+    AbstractRungeKutta as AbstractRungeKutta,
+    AbstractSolver as AbstractSolver,
+    Bosh3 as Bosh3,
+    Dopri5 as Dopri5,
+    Dopri8 as Dopri8,
+    Euler as Euler,
+    Heun as Heun,
+    Midpoint as Midpoint,
+    Ralston as Ralston,
+    Tsit5 as Tsit5,
+)
+from ._terms import AbstractTerm as AbstractTerm, ODETerm as ODETerm
+
+__version__ = "0.1.0"

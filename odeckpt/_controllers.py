@@ -1,0 +1,233 @@
+"""Step-size controllers.
+
+All controllers work in the solver's internal time, which always increases (a solve
+backwards in time is run in reversed time). Their decisions (accept or reject, the
+next step size) are wrapped in `jax.lax.stop_gradient`: the gradient of a solve is the
+gradient of the numerical solution on the time grid that was accepted. Differentiating
+the decisions would differentiate a piecewise-constant function (zero almost
+everywhere, undefined at the switches) and would put NaN into gradients whenever the
+error norm is zero. diffrax, torchdiffeq and OrdinaryDiffEq.jl make the same choice.
+"""
+
+from collections.abc import Callable
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._custom_types import Y
+from ._results import RESULTS
+
+sg = jax.lax.stop_gradient
+
+
+def rms_norm(x: Y) -> jax.Array:
+    """Root mean square over every element of every leaf."""
+    leaves = [jnp.ravel(jnp.abs(leaf)) for leaf in jax.tree.leaves(x)]
+    if not leaves:
+        return jnp.asarray(0.0)
+    dtype = jnp.result_type(*leaves)
+    flat = jnp.concatenate([leaf.astype(dtype) for leaf in leaves])
+    return jnp.sqrt(jnp.mean(flat**2))
+
+
+class ControllerState(eqx.Module):
+    """Controller memory carried between steps (all non-differentiable)."""
+
+    prev_inv_error: jax.Array
+    prev_prev_inv_error: jax.Array
+    at_dtmin: jax.Array
+    index: jax.Array
+
+
+class Decision(eqx.Module):
+    """Outcome of one step's error control: accept?, the next step size, and status."""
+
+    accept: jax.Array
+    dt_next: jax.Array
+    state: ControllerState
+    result: jax.Array
+
+
+def _initial_state(dtype) -> ControllerState:
+    one = jnp.ones((), dtype)
+    return ControllerState(one, one, jnp.asarray(False), jnp.asarray(0, jnp.int32))
+
+
+class AbstractStepSizeController(eqx.Module):
+    """Chooses step sizes. Concrete controllers are final."""
+
+    @property
+    def adaptive(self) -> bool:
+        return False
+
+    def first_step(self, solver, term, t0, y0, k0, dt0, args) -> jax.Array:
+        raise NotImplementedError
+
+    def decide(self, t0, dt, y0, y1, y_error, error_order, state) -> Decision:
+        raise NotImplementedError
+
+    def next_time(self, t_new, decision: Decision):
+        """The end of the next attempted step (before clipping to `t1`)."""
+        return t_new + decision.dt_next
+
+
+class ConstantStepSize(AbstractStepSizeController):
+    """Fixed steps of size `dt0` (the last step is shortened to land on `t1`)."""
+
+    def first_step(self, solver, term, t0, y0, k0, dt0, args):
+        if dt0 is None:
+            raise ValueError(
+                "`ConstantStepSize()` needs a step size: pass `dt0=...` to "
+                "`diffeqsolve`, or use `PIDController(rtol, atol)` with `dt0=None`."
+            )
+        return jnp.asarray(dt0)
+
+    def decide(self, t0, dt, y0, y1, y_error, error_order, state):
+        return Decision(jnp.asarray(True), sg(dt), state, jnp.asarray(RESULTS.successful))
+
+
+class StepTo(AbstractStepSizeController):
+    """Steps exactly to the given times `ts` (`ts[0] = t0`, `ts[-1] = t1`)."""
+
+    ts: jax.Array
+
+    def __check_init__(self):
+        ts = np.asarray(self.ts) if not isinstance(self.ts, jax.core.Tracer) else None
+        if ts is not None and (ts.ndim != 1 or ts.size < 2):
+            raise ValueError(
+                f"`StepTo(ts=...)` needs a 1-D array of at least 2 times; got shape {ts.shape}."
+            )
+
+    def first_step(self, solver, term, t0, y0, k0, dt0, args):
+        if dt0 is not None:
+            raise ValueError("`StepTo(ts)` fixes the steps itself: pass `dt0=None`.")
+        return sg(jnp.asarray(self.ts[1] - self.ts[0]))
+
+    def decide(self, t0, dt, y0, y1, y_error, error_order, state):
+        state = eqx.tree_at(lambda s: s.index, state, state.index + 1)
+        return Decision(jnp.asarray(True), dt, state, jnp.asarray(RESULTS.successful))
+
+    def next_time(self, t_new, decision):
+        index = jnp.minimum(decision.state.index + 1, self.ts.shape[0] - 1)
+        return sg(self.ts[index]).astype(jnp.result_type(t_new))
+
+
+class PIDController(AbstractStepSizeController):
+    """Adaptive steps from an embedded error estimate, with PID control.
+
+    A step is accepted when `norm(y_error / (atol + rtol * max(|y0|, |y1|))) < 1`; the
+    next step is `dt * clip(safety * e^-(p+i+d)/k * e_prev^(p+2d)/k * e_prev2^-d/k,
+    factormin, factormax)` with `k` the solver's error order. The defaults give an
+    integral (I) controller, as in diffrax.
+
+    References:
+        Hairer, Nørsett & Wanner, Solving ODEs I (II.4: starting step size);
+        Söderlind (2002), "Automatic control and adaptive time-stepping".
+    """
+
+    rtol: float
+    atol: float
+    pcoeff: float = 0.0
+    icoeff: float = 1.0
+    dcoeff: float = 0.0
+    dtmin: float | None = None
+    dtmax: float | None = None
+    force_dtmin: bool = True
+    factormin: float = 0.2
+    factormax: float = 10.0
+    safety: float = 0.9
+    norm: Callable = rms_norm
+
+    @property
+    def adaptive(self) -> bool:
+        return True
+
+    def first_step(self, solver, term, t0, y0, k0, dt0, args):
+        if dt0 is not None:
+            dt = sg(jnp.asarray(dt0))
+        else:
+            dt = _select_initial_step(self, solver.error_order, term, t0, y0, k0, args)
+        if self.dtmax is not None:
+            dt = jnp.minimum(dt, self.dtmax)
+        return dt
+
+    def decide(self, t0, dt, y0, y1, y_error, error_order, state):
+        y0, y1, y_error, dt = sg(y0), sg(y1), sg(y_error), sg(dt)
+        scaled = self.norm(jax.tree.map(self._scale, y0, y1, y_error))
+        scaled = jnp.where(jnp.isfinite(scaled), scaled, jnp.inf)
+        accept = (scaled < 1) | state.at_dtmin
+        inv = 1 / scaled
+        k = error_order
+        f1 = inv ** ((self.icoeff + self.pcoeff + self.dcoeff) / k)
+        f2 = state.prev_inv_error ** (-(self.pcoeff + 2 * self.dcoeff) / k)
+        f3 = state.prev_prev_inv_error ** (self.dcoeff / k)
+        factor = jnp.clip(
+            self.safety * f1 * f2 * f3,
+            jnp.where(accept, 1.0, self.factormin),
+            jnp.where(accept, self.factormax, self.safety),
+        )
+        inv = jnp.where((inv == 0) | jnp.isinf(inv), 1.0, inv)
+        dt_next, at_dtmin, result = self._clip(dt * factor.astype(dt.dtype), state, factor)
+        new_state = ControllerState(
+            prev_inv_error=jnp.where(accept, inv, state.prev_inv_error).astype(inv.dtype),
+            prev_prev_inv_error=jnp.where(
+                accept, state.prev_inv_error, state.prev_prev_inv_error
+            ).astype(inv.dtype),
+            at_dtmin=at_dtmin,
+            index=state.index,
+        )
+        return Decision(accept, sg(dt_next), new_state, result)
+
+    def _scale(self, y0, y1, err):
+        y1 = jnp.where(jnp.isnan(y1), y0, y1)
+        return err / (self.atol + jnp.maximum(jnp.abs(y0), jnp.abs(y1)) * self.rtol)
+
+    def _clip(self, dt, state, factor):
+        result = jnp.asarray(RESULTS.successful)
+        at_dtmin = state.at_dtmin
+        if self.dtmax is not None:
+            dt = jnp.minimum(dt, self.dtmax)
+        if self.dtmin is not None:
+            if not self.force_dtmin:
+                result = jnp.where(dt < self.dtmin, RESULTS.dt_min_reached, result)
+            dt = jnp.where(at_dtmin & (factor == 1), self.dtmin, dt)
+            at_dtmin = dt <= self.dtmin
+            dt = jnp.maximum(dt, self.dtmin)
+        return dt, at_dtmin, result
+
+
+def _select_initial_step(controller, error_order, term, t0, y0, f0, args):
+    """Hairer–Nørsett–Wanner's starting step (Solving ODEs I, II.4), as diffrax does."""
+    if error_order is None:
+        raise ValueError(
+            "`dt0=None` needs a solver with an error estimate; this solver has none. "
+            "Pass `dt0=...` explicitly."
+        )
+    y0, f0, norm = sg(y0), sg(f0), controller.norm
+    scale = jax.tree.map(lambda y: controller.atol + jnp.abs(y) * controller.rtol, y0)
+    d0 = norm(jax.tree.map(lambda y, s: y / s, y0, scale))
+    d1 = norm(jax.tree.map(lambda f, s: f / s, f0, scale))
+    small = (d0 < 1e-5) | (d1 < 1e-5)
+    h0 = jnp.where(small, 1e-6, 0.01 * (d0 / jnp.where(small, 1, d1)))
+    y1 = jax.tree.map(lambda y, f: y + h0.astype(y.dtype) * f, y0, f0)
+    f1 = sg(term.vf(t0 + h0, y1, args))
+    d2 = norm(jax.tree.map(lambda a, b, s: (a - b) / s, f1, f0, scale)) / h0
+    max_d = jnp.maximum(d1, d2)
+    h1 = jnp.where(
+        max_d <= 1e-15, jnp.maximum(1e-6, h0 * 1e-3), (0.01 / max_d) ** (1 / error_order)
+    )
+    return jnp.minimum(100 * h0, h1)
+
+
+__all__ = [
+    "AbstractStepSizeController",
+    "ConstantStepSize",
+    "ControllerState",
+    "Decision",
+    "PIDController",
+    "StepTo",
+    "_initial_state",
+    "rms_norm",
+]

@@ -1,0 +1,199 @@
+"""The step pipeline: the loop state, one attempted step, and what each step saves.
+
+Everything here is written in the solver's internal time, which always increases.
+The loop that drives `Integrator.step` is chosen by the adjoint (see `_loops`).
+"""
+
+import functools as ft
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from ._controllers import AbstractStepSizeController, ControllerState, _initial_state
+from ._custom_types import Args, Y
+from ._interpolation import DenseStep
+from ._loops import Emitter, LoopBody
+from ._results import RESULTS
+from ._solvers import AbstractSolver
+from ._terms import AbstractTerm
+
+
+class State(eqx.Module):
+    """The loop state between two attempted steps."""
+
+    t: jax.Array  # current time
+    t_next: jax.Array  # end of the next attempted step
+    y: Y
+    k: Y  # f(t, y): the next step's first stage
+    controller: ControllerState
+    num_accepted: jax.Array
+    num_rejected: jax.Array
+    save_index: jax.Array  # next row of SaveAt(ts) to fill
+    result: jax.Array
+
+
+class Checkpoint(eqx.Module):
+    """What a checkpoint stores: the state less `k`, which is recomputed on restore."""
+
+    t: jax.Array
+    t_next: jax.Array
+    y: Y
+    controller: ControllerState
+    num_accepted: jax.Array
+    num_rejected: jax.Array
+    save_index: jax.Array
+    result: jax.Array
+
+
+class Problem(eqx.Module):
+    """The values a step reads; gradients flow to its floating leaves."""
+
+    term: AbstractTerm
+    args: Args
+    controller: AbstractStepSizeController
+    t1: jax.Array
+    t1_floor: jax.Array  # t1 less ~100 ulp: a step ending past it is clipped to t1
+    ts: jax.Array | None
+
+
+class Record(eqx.Module):
+    """What an accepted step hands to the output writers."""
+
+    dense: DenseStep
+    y1: Y
+
+
+def _select(pred, new, old):
+    return jax.tree.map(ft.partial(jnp.where, pred), new, old)
+
+
+def _all_finite(tree) -> jax.Array:
+    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
+
+
+def clip_to_end(t_new, t_next, problem: Problem, accepted):
+    """Land exactly on t1 when the next step would end within ~100 ulp of it."""
+    t_new = jnp.minimum(t_new, problem.t1)
+    halfway = t_new + 0.5 * (problem.t1 - t_new)
+    clipped = jnp.where(accepted, problem.t1, halfway)
+    return jnp.where(t_next > problem.t1_floor, clipped, t_next)
+
+
+class Integrator(eqx.Module):
+    """One attempted step and its outputs, for a fixed solver and output request."""
+
+    solver: AbstractSolver
+    max_steps: int
+    save_ts: bool
+    save_steps: bool
+    save_dense: bool
+    num_ts: int
+
+    def init(self, problem: Problem, t0, y0: Y, dt0) -> State:
+        k0 = self.solver.init(problem.term, t0, y0, problem.args)
+        dt = problem.controller.first_step(
+            self.solver, problem.term, t0, y0, k0, dt0, problem.args
+        )
+        t_next = jnp.minimum(t0 + jax.lax.stop_gradient(dt).astype(t0.dtype), problem.t1)
+        t_next = jnp.where(t_next > problem.t1_floor, problem.t1, t_next)
+        zero = jnp.asarray(0, jnp.int32)
+        save_index = zero
+        if problem.ts is not None:
+            save_index = jnp.searchsorted(problem.ts, t0, side="right").astype(jnp.int32)
+        return State(
+            t=t0, t_next=t_next, y=y0, k=k0, controller=_initial_state(t0.dtype),
+            num_accepted=zero, num_rejected=zero, save_index=save_index,
+            result=jnp.asarray(RESULTS.successful, jnp.int32),
+        )  # fmt: skip
+
+    def step(self, problem: Problem, state: State):
+        """Attempt one step; returns the next state, its output record, and accept."""
+        t0, dt = state.t, state.t_next - state.t
+        out = self.solver.step(problem.term, t0, dt, state.y, state.k, problem.args)
+        decision = problem.controller.decide(
+            t0, dt, state.y, out.y1, out.y_error, self.solver.error_order, state.controller
+        )
+        finite = _all_finite((out.y1, out.k1))
+        accepted = decision.accept & finite
+        failed = decision.accept & ~finite
+        result = jnp.where(failed, RESULTS.nonfinite_state, decision.result)
+        t = jnp.where(accepted, state.t_next, t0)
+        new = State(
+            t=t,
+            t_next=self._next_time(problem, t, decision, accepted),
+            y=_select(accepted, out.y1, state.y),
+            k=_select(accepted, out.k1, state.k),
+            controller=decision.state,
+            num_accepted=state.num_accepted + accepted,
+            num_rejected=state.num_rejected + ~accepted,
+            save_index=self._save_index(problem, t, state.save_index),
+            result=jnp.where(state.result == 0, result, state.result).astype(jnp.int32),
+        )
+        record = Record(DenseStep(t0, state.t_next, state.y, out.coeffs), out.y1)
+        return new, record, accepted
+
+    def reject(self, problem: Problem, state: State, new: State) -> State:
+        """The differentiable part of a rejected step: only `t_next` moves."""
+        t = jnp.minimum(state.t, problem.t1)
+        halfway = t + 0.5 * (problem.t1 - t)
+        proposal = state.t + jax.lax.stop_gradient(new.t_next - state.t)
+        t_next = jnp.where(new.t_next == halfway, halfway, proposal)
+        return eqx.tree_at(lambda s: s.t_next, state, t_next)
+
+    def _next_time(self, problem, t, decision, accepted):
+        proposal = problem.controller.next_time(t, decision)
+        return clip_to_end(t, proposal.astype(t.dtype), problem, accepted)
+
+    def _save_index(self, problem, t, index):
+        if problem.ts is None:
+            return index
+        return jnp.searchsorted(problem.ts, t, side="right").astype(jnp.int32)
+
+    def cond(self, problem: Problem, state: State) -> jax.Array:
+        return (state.t < problem.t1) & (state.result == RESULTS.successful)
+
+    def compress(self, state: State) -> Checkpoint:
+        fields = {k: v for k, v in vars(state).items() if k != "k"}
+        return Checkpoint(**fields)
+
+    def restore(self, problem: Problem, ckpt: Checkpoint) -> State:
+        k = self.solver.init(problem.term, ckpt.t, ckpt.y, problem.args)
+        return State(k=k, **vars(ckpt))
+
+    def body(self) -> LoopBody:
+        return LoopBody(
+            step=self.step, reject=self.reject, cond=self.cond,
+            compress=self.compress, restore=self.restore, emitters=self._emitters(),
+        )  # fmt: skip
+
+    def _emitters(self) -> tuple[Emitter, ...]:
+        emitters = []
+        if self.save_ts:
+            emitters.append(Emitter("ts", _ts_span, _ts_value, self.num_ts))
+        if self.save_steps:
+            emitters.append(Emitter("steps", _step_span, _step_value, self.max_steps))
+        if self.save_dense:
+            emitters.append(Emitter("dense", _step_span, _dense_value, self.max_steps))
+        return tuple(emitters)
+
+
+def _ts_span(state: State, new: State):
+    return state.save_index, new.save_index
+
+
+def _ts_value(problem: Problem, record: Record, j):
+    return record.dense.evaluate(problem.ts[j])
+
+
+def _step_span(state: State, new: State):
+    return state.num_accepted, new.num_accepted
+
+
+def _step_value(problem: Problem, record: Record, j):
+    return record.dense.t1, record.y1
+
+
+def _dense_value(problem: Problem, record: Record, j):
+    return record.dense

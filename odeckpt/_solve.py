@@ -1,0 +1,169 @@
+"""`diffeqsolve`: validate once, normalise, run the adjoint's loop, build the Solution."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from ._adjoints import AbstractAdjoint, CheckpointAdjoint
+from ._controllers import AbstractStepSizeController, ConstantStepSize, PIDController
+from ._integrate import Integrator, Problem
+from ._results import RESULTS, raise_if_failed
+from ._saveat import SaveAt
+from ._solution import DenseInterpolation, Solution
+from ._solvers import AbstractSolver
+from ._terms import ODETerm, as_term, time_reversed
+from ._validate import check_inputs, concrete, floating_state
+
+
+def diffeqsolve(
+    terms,
+    solver: AbstractSolver,
+    t0,
+    t1,
+    dt0,
+    y0,
+    args=None,
+    *,
+    saveat: SaveAt = SaveAt(t1=True),
+    stepsize_controller: AbstractStepSizeController = ConstantStepSize(),
+    adjoint: AbstractAdjoint = CheckpointAdjoint(),
+    max_steps: int | None = 4096,
+    throw: bool = True,
+) -> Solution:
+    """Solve `dy/dt = f(t, y, args)` from `t0` to `t1` (either direction).
+
+    Args:
+        terms: an `ODETerm(f)` or a callable `f(t, y, args)` returning a PyTree like `y`.
+        solver: e.g. `Tsit5()`.
+        t0, t1: the interval; `t1 < t0` integrates backwards in time.
+        dt0: the first step (signed like `t1 - t0`), or `None` to choose it
+            automatically (adaptive controllers only).
+        y0: the initial state: any PyTree of floating arrays.
+        args: passed to `f` unchanged; may hold arrays to differentiate.
+        saveat: which outputs to save (`SaveAt`).
+        stepsize_controller: `ConstantStepSize()`, `StepTo(ts)` or `PIDController(...)`.
+        adjoint: how reverse mode runs (`CheckpointAdjoint()` by default).
+        max_steps: bound on attempted steps (accepted + rejected).
+        throw: raise if the solve fails; with `False` inspect `Solution.result`.
+
+    Returns:
+        A `Solution`.
+
+    Raises:
+        ValueError / TypeError: for malformed input, at trace time.
+        EqxRuntimeError: with `throw=True`, if the solve fails (the message names why).
+    """
+    term = as_term(terms)
+    y0 = floating_state(y0)
+    check_inputs(solver, stepsize_controller, adjoint, saveat, max_steps, dt0)
+    tdtype = jnp.result_type(*[x for x in (t0, t1, dt0, saveat.ts) if x is not None], float)
+    t0, t1 = jnp.asarray(t0, tdtype), jnp.asarray(t1, tdtype)
+    direction = _direction(t0, t1, dt0)
+    if direction is None or direction < 0:
+        sign = jnp.where(t1 >= t0, 1, -1).astype(tdtype) if direction is None else -1.0
+        term = time_reversed(term, sign)
+    else:
+        sign = 1.0
+    ts = None if saveat.ts is None else _check_ts(saveat.ts.astype(tdtype), t0, t1) * sign
+    tau0, tau1 = t0 * sign, t1 * sign
+    term = ODETerm(eqx.filter_closure_convert(term.vf, tau0, y0, args))
+    problem = Problem(term, args, stepsize_controller, tau1, _floor(tau1), ts)
+    integrator = Integrator(
+        solver, max_steps or 0, ts is not None, saveat.steps, saveat.dense,
+        0 if ts is None else ts.shape[0],
+    )  # fmt: skip
+    dt0 = None if dt0 is None else jnp.asarray(dt0, tdtype) * sign
+    state0 = integrator.init(problem, tau0, y0, dt0)
+    out = adjoint.loop(integrator.body(), problem, state0, max_steps)
+    return _solution(saveat, integrator, problem, state0, out, t0, t1, sign, y0, dt0, throw)
+
+
+def _direction(t0, t1, dt0):
+    """+1/-1 when t0, t1 are concrete; None when traced. Checks dt0's sign."""
+    c0, c1 = concrete(t0), concrete(t1)
+    if c0 is None or c1 is None:
+        return None
+    direction = 1 if c1 >= c0 else -1
+    d = None if dt0 is None else concrete(jnp.asarray(dt0))
+    if d is not None and (d == 0 or (c1 != c0 and np.sign(d) != direction)):
+        raise ValueError(
+            f"`dt0` must be nonzero with the sign of `t1 - t0`; got dt0={d} for "
+            f"t0={c0}, t1={c1}."
+        )
+    return direction
+
+
+def _check_ts(ts, t0, t1):
+    values, c0, c1 = concrete(ts), concrete(t0), concrete(t1)
+    if values is None or c0 is None or c1 is None or values.size == 0:
+        return ts
+    lo, hi = min(c0, c1), max(c0, c1)
+    bad = np.nonzero((values < lo) | (values > hi))[0]
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(
+            f"`SaveAt(ts=...)` must lie within [t0, t1] = [{c0}, {c1}]; got ts[{i}]={values[i]}."
+        )
+    steps = np.diff(values) * (1 if c1 >= c0 else -1)
+    if np.any(steps < 0):
+        i = int(np.nonzero(steps < 0)[0][0])
+        raise ValueError(
+            "`SaveAt(ts=...)` must run from t0 towards t1; got "
+            f"ts[{i + 1}]={values[i + 1]} after ts[{i}]={values[i]}."
+        )
+    return ts
+
+
+def _floor(t1):
+    """t1 less 100 ulp: a step ending beyond it ends at t1 instead."""
+    floor = lax.fori_loop(0, 100, lambda _, x: jnp.nextafter(x, -jnp.inf), t1)
+    return lax.stop_gradient(floor)
+
+
+def _solution(saveat, integrator, problem, state0, out, t0, t1, sign, y0, dt0, throw):
+    final = out.state
+    reached = final.t >= problem.t1
+    result = jnp.where(
+        (final.result == RESULTS.successful) & ~reached, RESULTS.max_steps_reached, final.result
+    ).astype(jnp.int32)
+    ok = result == RESULTS.successful
+    ts_parts, ys_parts = [], []
+    buffers = dict(zip([e.name for e in integrator.body().emitters], out.buffers, strict=True))
+    if saveat.t0:
+        ts_parts.append(t0[None])
+        ys_parts.append(jax.tree.map(lambda y: y[None], y0))
+    if "ts" in buffers:
+        at_t0 = problem.ts == state0.t
+        ys = jax.tree.map(
+            lambda b, y: jnp.where(at_t0.reshape((-1,) + (1,) * y.ndim), y[None], b),
+            buffers["ts"], y0,
+        )  # fmt: skip
+        ts_parts.append(problem.ts * sign)
+        ys_parts.append(ys)
+    if "steps" in buffers:
+        step_ts, step_ys = buffers["steps"]
+        ts_parts.append(step_ts * sign)
+        ys_parts.append(step_ys)
+    if saveat.t1:
+        ts_parts.append(jnp.where(ok, t1, jnp.inf)[None])
+        ys_parts.append(jax.tree.map(lambda y: jnp.where(ok, y, jnp.inf)[None], final.y))
+    ts = jnp.concatenate(ts_parts) if ts_parts else None
+    ys = jax.tree.map(lambda *p: jnp.concatenate(p), *ys_parts) if ys_parts else None
+    dense = None
+    if "dense" in buffers:
+        dense = DenseInterpolation(buffers["dense"], final.num_accepted, jnp.asarray(sign))
+    if throw:
+        ys, ts = raise_if_failed((ys, ts), result)
+    evals = 1 + integrator.solver.evals_per_step * out.num_steps
+    if dt0 is None and isinstance(problem.controller, PIDController):
+        evals = evals + 1
+    stats = {
+        "num_steps": out.num_steps,
+        "num_accepted_steps": final.num_accepted,
+        "num_rejected_steps": final.num_rejected,
+        "num_vf_evals": evals,
+        "max_steps": integrator.max_steps,
+    }
+    return Solution(t0, t1, ts, ys, stats, result, dense)
