@@ -4,7 +4,8 @@ import equinox as eqx
 import jax
 import numpy as np
 
-from ._loops import LoopBody, LoopOutput, checkpointed_loop, forward_loop
+from ._integrate import Integrator, Problem, State
+from ._loops import LoopOutput, checkpointed_loop, forward_loop
 
 DEFAULT_MEMORY_BUDGET = 128 * 2**20
 """Bytes of stored states that `CheckpointAdjoint(checkpoints=None)` may use."""
@@ -18,7 +19,10 @@ def _nbytes(tree) -> int:
 class AbstractAdjoint(eqx.Module):
     """Chooses the loop a solve runs in, and so how it is differentiated."""
 
-    def loop(self, body: LoopBody, theta, state0, max_steps: int | None) -> LoopOutput:
+    def loop(
+        self, integrator: Integrator, problem: Problem, state0: State, max_steps: int | None
+    ) -> LoopOutput:
+        """Run the solve's loop; its reverse (or forward) mode is this adjoint's."""
         raise NotImplementedError
 
 
@@ -68,24 +72,24 @@ class CheckpointAdjoint(AbstractAdjoint):
                 f"`CheckpointAdjoint(memory_budget=...)` must be positive; got {self.memory_budget}."
             )
 
-    def num_checkpoints(self, body: LoopBody, state0, max_steps: int) -> int:
+    def num_checkpoints(self, integrator: Integrator, state0: State, max_steps: int) -> int:
         """The checkpoint count this adjoint uses for a solve (see class docstring)."""
         if self.checkpoints is not None:
             return min(self.checkpoints, max_steps)
         budget = self.memory_budget or DEFAULT_MEMORY_BUDGET
         if max_steps * _nbytes(state0) <= budget:
             return max_steps
-        per_checkpoint = max(_nbytes(body.compress(state0)), 1)
+        per_checkpoint = max(_nbytes(integrator.compress(state0)), 1)
         return int(min(max(budget // per_checkpoint, 2), max_steps - 1))
 
-    def loop(self, body, theta, state0, max_steps):
+    def loop(self, integrator, problem, state0, max_steps):
         if max_steps is None:
             raise ValueError(
                 "`CheckpointAdjoint` needs a bounded loop: pass an integer `max_steps` "
                 "(`max_steps=None` only works with `adjoint=ForwardMode()`)."
             )
-        c = self.num_checkpoints(body, state0, max_steps)
-        return checkpointed_loop(body, theta, state0, max_steps, c)
+        c = self.num_checkpoints(integrator, state0, max_steps)
+        return checkpointed_loop(integrator.body(), problem, state0, max_steps, c)
 
 
 class ForwardMode(AbstractAdjoint):
@@ -96,7 +100,7 @@ class ForwardMode(AbstractAdjoint):
     (`jax.grad`) is not available: use `CheckpointAdjoint`.
     """
 
-    def loop(self, body, theta, state0, max_steps):
-        return forward_loop(body, theta, state0, max_steps)
+    def loop(self, integrator, problem, state0, max_steps):
+        return forward_loop(integrator.body(), problem, state0, max_steps)
 
 

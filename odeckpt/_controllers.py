@@ -62,7 +62,7 @@ class AbstractStepSizeController(eqx.Module):
     def adaptive(self) -> bool:
         return False
 
-    def first_step(self, solver, term, t0, y0, k0, dt0, args) -> jax.Array:
+    def first_step(self, solver, term, t0, y0, dt0, args) -> jax.Array:
         raise NotImplementedError
 
     def decide(self, t0, dt, y0, y1, y_error, error_order, state) -> Decision:
@@ -76,7 +76,7 @@ class AbstractStepSizeController(eqx.Module):
 class ConstantStepSize(AbstractStepSizeController):
     """Fixed steps of size `dt0` (the last step is shortened to land on `t1`)."""
 
-    def first_step(self, solver, term, t0, y0, k0, dt0, args):
+    def first_step(self, solver, term, t0, y0, dt0, args):
         if dt0 is None:
             raise ValueError(
                 "`ConstantStepSize()` needs a step size: pass `dt0=...` to "
@@ -100,7 +100,7 @@ class StepTo(AbstractStepSizeController):
                 f"`StepTo(ts=...)` needs a 1-D array of at least 2 times; got shape {ts.shape}."
             )
 
-    def first_step(self, solver, term, t0, y0, k0, dt0, args):
+    def first_step(self, solver, term, t0, y0, dt0, args):
         if dt0 is not None:
             raise ValueError("`StepTo(ts)` fixes the steps itself: pass `dt0=None`.")
         return sg(jnp.asarray(self.ts[1] - self.ts[0]))
@@ -144,11 +144,11 @@ class PIDController(AbstractStepSizeController):
     def adaptive(self) -> bool:
         return True
 
-    def first_step(self, solver, term, t0, y0, k0, dt0, args):
+    def first_step(self, solver, term, t0, y0, dt0, args):
         if dt0 is not None:
             dt = sg(jnp.asarray(dt0))
         else:
-            dt = _select_initial_step(self, solver.error_order, term, t0, y0, k0, args)
+            dt = _select_initial_step(self, solver.error_order, term, t0, y0, args)
         if self.dtmax is not None:
             dt = jnp.minimum(dt, self.dtmax)
         return dt
@@ -198,14 +198,15 @@ class PIDController(AbstractStepSizeController):
         return dt, at_dtmin, result
 
 
-def _select_initial_step(controller, error_order, term, t0, y0, f0, args):
+def _select_initial_step(controller, error_order, term, t0, y0, args):
     """Hairer–Nørsett–Wanner's starting step (Solving ODEs I, II.4), as diffrax does."""
     if error_order is None:
         raise ValueError(
             "`dt0=None` needs a solver with an error estimate; this solver has none. "
             "Pass `dt0=...` explicitly."
         )
-    y0, f0, norm = sg(y0), sg(f0), controller.norm
+    y0, norm = sg(y0), controller.norm
+    f0 = sg(term.vf(t0, y0, args))
     scale = jax.tree.map(lambda y: controller.atol + jnp.abs(y) * controller.rtol, y0)
     d0 = norm(jax.tree.map(lambda y, s: y / s, y0, scale))
     d1 = norm(jax.tree.map(lambda f, s: f / s, f0, scale))

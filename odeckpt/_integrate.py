@@ -11,6 +11,8 @@ import jax
 import jax.numpy as jnp
 
 from ._controllers import AbstractStepSizeController, ControllerState, _initial_state
+from jaxtyping import PyTree
+
 from ._custom_types import Args, Y
 from ._interpolation import DenseStep
 from ._loops import Emitter, LoopBody
@@ -25,7 +27,7 @@ class State(eqx.Module):
     t: jax.Array  # current time
     t_next: jax.Array  # end of the next attempted step
     y: Y
-    k: Y  # f(t, y): the next step's first stage
+    solver_state: PyTree  # e.g. f(t, y) for Runge–Kutta: recomputed on restore
     controller: ControllerState
     num_accepted: jax.Array
     num_rejected: jax.Array
@@ -34,7 +36,7 @@ class State(eqx.Module):
 
 
 class Checkpoint(eqx.Module):
-    """What a checkpoint stores: the state less `k`, which is recomputed on restore."""
+    """What a checkpoint stores: the state less `solver_state`, recomputed on restore."""
 
     t: jax.Array
     t_next: jax.Array
@@ -94,7 +96,7 @@ class Integrator(eqx.Module):
     def init(self, problem: Problem, t0, y0: Y, dt0) -> State:
         k0 = self.solver.init(problem.term, t0, y0, problem.args)
         dt = problem.controller.first_step(
-            self.solver, problem.term, t0, y0, k0, dt0, problem.args
+            self.solver, problem.term, t0, y0, dt0, problem.args
         )
         t_next = jnp.minimum(t0 + jax.lax.stop_gradient(dt).astype(t0.dtype), problem.t1)
         t_next = jnp.where(t_next > problem.t1_floor, problem.t1, t_next)
@@ -103,7 +105,7 @@ class Integrator(eqx.Module):
         if problem.ts is not None:
             save_index = jnp.searchsorted(problem.ts, t0, side="right").astype(jnp.int32)
         return State(
-            t=t0, t_next=t_next, y=y0, k=k0, controller=_initial_state(t0.dtype),
+            t=t0, t_next=t_next, y=y0, solver_state=k0, controller=_initial_state(t0.dtype),
             num_accepted=zero, num_rejected=zero, save_index=save_index,
             result=jnp.asarray(RESULTS.successful, jnp.int32),
         )  # fmt: skip
@@ -111,11 +113,11 @@ class Integrator(eqx.Module):
     def step(self, problem: Problem, state: State):
         """Attempt one step; returns the next state, its output record, and accept."""
         t0, dt = state.t, state.t_next - state.t
-        out = self.solver.step(problem.term, t0, dt, state.y, state.k, problem.args)
+        out = self.solver.step(problem.term, t0, dt, state.y, state.solver_state, problem.args)
         decision = problem.controller.decide(
             t0, dt, state.y, out.y1, out.y_error, self.solver.error_order, state.controller
         )
-        finite = _all_finite((out.y1, out.k1))
+        finite = _all_finite((out.y1, out.state))
         accepted = decision.accept & finite
         failed = decision.accept & ~finite
         result = jnp.where(failed, RESULTS.nonfinite_state, decision.result)
@@ -124,7 +126,7 @@ class Integrator(eqx.Module):
             t=t,
             t_next=self._next_time(problem, t, decision, accepted),
             y=_select(accepted, out.y1, state.y),
-            k=_select(accepted, out.k1, state.k),
+            solver_state=_select(accepted, out.state, state.solver_state),
             controller=decision.state,
             num_accepted=state.num_accepted + accepted,
             num_rejected=state.num_rejected + ~accepted,
@@ -155,12 +157,12 @@ class Integrator(eqx.Module):
         return (state.t < problem.t1) & (state.result == RESULTS.successful)
 
     def compress(self, state: State) -> Checkpoint:
-        fields = {k: v for k, v in vars(state).items() if k != "k"}
+        fields = {k: v for k, v in vars(state).items() if k != "solver_state"}
         return Checkpoint(**fields)
 
     def restore(self, problem: Problem, ckpt: Checkpoint) -> State:
-        k = self.solver.init(problem.term, ckpt.t, ckpt.y, problem.args)
-        return State(k=k, **vars(ckpt))
+        solver_state = self.solver.init(problem.term, ckpt.t, ckpt.y, problem.args)
+        return State(solver_state=solver_state, **vars(ckpt))
 
     def body(self) -> LoopBody:
         return LoopBody(

@@ -76,7 +76,7 @@ def diffeqsolve(
     )  # fmt: skip
     dt0 = None if dt0 is None else jnp.asarray(dt0, tdtype) * sign
     state0 = integrator.init(problem, tau0, y0, dt0)
-    out = adjoint.loop(integrator.body(), problem, state0, max_steps)
+    out = adjoint.loop(integrator, problem, state0, max_steps)
     return _solution(saveat, integrator, problem, state0, out, t0, t1, sign, y0, dt0, throw)
 
 
@@ -158,7 +158,7 @@ def _solution(saveat, integrator, problem, state0, out, t0, t1, sign, y0, dt0, t
         ys, ts = raise_if_failed((ys, ts), result)
     evals = 1 + integrator.solver.evals_per_step * out.num_steps
     if dt0 is None and isinstance(problem.controller, PIDController):
-        evals = evals + 1
+        evals = evals + 2  # the starting-step heuristic's two evaluations
     stats = {
         "num_steps": out.num_steps,
         "num_accepted_steps": final.num_accepted,

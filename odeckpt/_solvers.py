@@ -7,6 +7,8 @@ import jax
 import jax.numpy as jnp
 
 from . import _tableaux as tab
+from jaxtyping import PyTree
+
 from ._custom_types import Args, Y
 from ._interpolation import hermite_coeffs
 from ._terms import AbstractTerm
@@ -18,13 +20,14 @@ class StepOutput(eqx.Module):
     Attributes:
         y1: the candidate solution at `t0 + dt`.
         y_error: the embedded error estimate (`None` without an embedded method).
-        k1: the vector field at `(t0 + dt, y1)`, reused as the next step's first stage.
+        state: the solver state after the step (for Runge–Kutta methods the vector
+            field at `(t0 + dt, y1)`, reused as the next step's first stage).
         coeffs: dense-output polynomial coefficients (see `DenseStep`).
     """
 
     y1: Y
     y_error: Y | None
-    k1: Y
+    state: PyTree
     coeffs: Y
 
 
@@ -67,7 +70,7 @@ def rk_step(tableau: tab.ButcherTableau, term: AbstractTerm, t0, dt, y0, k0, arg
         rows = [[poly[j] for poly in tableau.dense] for j in range(degree)]
         parts = [_weighted(dt, row, ks, y0) for row in rows]
         coeffs = jax.tree.map(lambda *xs: jnp.stack(xs), *parts)
-    return StepOutput(y1=y1, y_error=y_error, k1=k1, coeffs=coeffs)
+    return StepOutput(y1=y1, y_error=y_error, state=k1, coeffs=coeffs)
 
 
 class AbstractSolver(eqx.Module):
@@ -86,11 +89,12 @@ class AbstractSolver(eqx.Module):
     def evals_per_step(self) -> int:
         raise NotImplementedError
 
-    def init(self, term: AbstractTerm, t0, y0: Y, args: Args) -> Y:
-        """The first stage `f(t0, y0)`, carried between steps."""
+    def init(self, term: AbstractTerm, t0, y0: Y, args: Args) -> PyTree:
+        """The solver state at `(t0, y0)`, carried between steps and recomputed from
+        `(t, y)` when a checkpoint is restored. Runge–Kutta: the first stage f(t0, y0)."""
         return term.vf(t0, y0, args)
 
-    def step(self, term, t0, dt, y0, k0, args) -> StepOutput:
+    def step(self, term, t0, dt, y0, solver_state, args) -> StepOutput:
         raise NotImplementedError
 
 
@@ -116,8 +120,8 @@ class AbstractRungeKutta(AbstractSolver):
     def evals_per_step(self) -> int:
         return self.tableau.stages - 1 if self.tableau.fsal else self.tableau.stages
 
-    def step(self, term, t0, dt, y0, k0, args) -> StepOutput:
-        return rk_step(self.tableau, term, t0, dt, y0, k0, args)
+    def step(self, term, t0, dt, y0, solver_state, args) -> StepOutput:
+        return rk_step(self.tableau, term, t0, dt, y0, solver_state, args)
 
 
 class Euler(AbstractRungeKutta):
