@@ -258,9 +258,16 @@ class _Residuals(eqx.Module):
     slot_pos: jax.Array | None
 
 
+def _as_arrays(tree):
+    """Turn typed Python scalars (how JAX hands weakly typed primals to a custom VJP)
+    back into arrays, so the closure-converted vector field sees what it was traced with."""
+    typed = lambda x: isinstance(x, float | int | complex) and hasattr(x, "dtype")  # noqa: E731
+    return jax.tree.map(lambda x: jnp.asarray(x, x.dtype) if typed(x) else x, tree)
+
+
 @eqx.filter_custom_vjp
 def _checkpointed(vjp_arg, body, max_steps, checkpoints):
-    theta, state0 = vjp_arg
+    theta, state0 = _as_arrays(vjp_arg)
     return forward_loop(body, theta, state0, max_steps)
 
 
@@ -271,7 +278,7 @@ def checkpointed_loop(body: LoopBody, theta, state0, max_steps: int, checkpoints
 
 @_checkpointed.def_fwd
 def _checkpointed_fwd(perturbed, vjp_arg, body, max_steps, checkpoints):
-    theta, state0 = vjp_arg
+    theta, state0 = _as_arrays(vjp_arg)
     if checkpoints >= max_steps:
         return _forward_store_all(body, theta, state0, max_steps)
     return _forward_online(body, theta, state0, max_steps, checkpoints)
@@ -318,7 +325,7 @@ def _forward_online(body, theta, state0, max_steps, c):
 
 @_checkpointed.def_bwd
 def _checkpointed_bwd(residuals, grad_obj, perturbed, vjp_arg, body, max_steps, checkpoints):
-    theta, state0 = vjp_arg
+    theta, state0 = _as_arrays(vjp_arg)
     out_like = eqx.filter_eval_shape(forward_loop, body, theta, state0, max_steps)
     ct_state = eqx.filter(_materialize(grad_obj.state, out_like.state), _is_diff)
     ct_buffers = _materialize(grad_obj.buffers, out_like.buffers)

@@ -118,8 +118,8 @@ def _check_ts(ts, t0, t1):
 
 def _floor(t1):
     """t1 less 100 ulp: a step ending beyond it ends at t1 instead."""
-    floor = lax.fori_loop(0, 100, lambda _, x: jnp.nextafter(x, -jnp.inf), t1)
-    return lax.stop_gradient(floor)
+    t1 = lax.stop_gradient(t1)
+    return lax.fori_loop(0, 100, lambda _, x: jnp.nextafter(x, -jnp.inf), t1)
 
 
 def _solution(saveat, integrator, problem, state0, out, t0, t1, sign, y0, dt0, throw):
