@@ -160,9 +160,9 @@ class PIDController(AbstractStepSizeController):
         accept = (scaled < 1) | state.at_dtmin
         inv = 1 / scaled
         k = error_order
-        f1 = inv ** ((self.icoeff + self.pcoeff + self.dcoeff) / k)
-        f2 = state.prev_inv_error ** (-(self.pcoeff + 2 * self.dcoeff) / k)
-        f3 = state.prev_prev_inv_error ** (self.dcoeff / k)
+        f1 = _power(inv, (self.icoeff + self.pcoeff + self.dcoeff) / k)
+        f2 = _power(state.prev_inv_error, -(self.pcoeff + 2 * self.dcoeff) / k)
+        f3 = _power(state.prev_prev_inv_error, self.dcoeff / k)
         factor = jnp.clip(
             self.safety * f1 * f2 * f3,
             jnp.where(accept, 1.0, self.factormin),
@@ -196,6 +196,13 @@ class PIDController(AbstractStepSizeController):
             at_dtmin = dt <= self.dtmin
             dt = jnp.maximum(dt, self.dtmin)
         return dt, at_dtmin, result
+
+
+def _power(x, exponent):
+    """`x ** exponent`, skipping the work when the exponent is a literal zero."""
+    if isinstance(exponent, int | float) and exponent == 0:
+        return 1.0
+    return x**exponent
 
 
 def _select_initial_step(controller, error_order, term, t0, y0, args):
