@@ -1,14 +1,13 @@
 """odeckpt: ODE solves in JAX, differentiated with optimal checkpointing."""
 
-try:
-    from . import schedules as schedules
-except ImportError:  # TEMP
-    pass
+from . import schedules as schedules
 from ._adjoints import (
     AbstractAdjoint as AbstractAdjoint,
     CheckpointAdjoint as CheckpointAdjoint,
     ForwardMode as ForwardMode,
 )
+from ._continuous import BacksolveAdjoint as BacksolveAdjoint
+from ._continuous import InterpolatingAdjoint as InterpolatingAdjoint
 from ._controllers import (
     AbstractStepSizeController as AbstractStepSizeController,
     ConstantStepSize as ConstantStepSize,

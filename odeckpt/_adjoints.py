@@ -12,8 +12,9 @@ DEFAULT_MEMORY_BUDGET = 128 * 2**20
 
 
 def _nbytes(tree) -> int:
-    leaves = jax.tree.leaves(eqx.filter(tree, eqx.is_array))
-    return sum(int(np.prod(x.shape)) * x.dtype.itemsize for x in leaves)
+    """Bytes of the array leaves (arrays or `jax.ShapeDtypeStruct`s) of `tree`."""
+    leaves = [x for x in jax.tree.leaves(tree) if hasattr(x, "shape") and hasattr(x, "dtype")]
+    return sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in leaves)
 
 
 class AbstractAdjoint(eqx.Module):
@@ -72,11 +73,14 @@ class CheckpointAdjoint(AbstractAdjoint):
                 f"`CheckpointAdjoint(memory_budget=...)` must be positive; got {self.memory_budget}."
             )
 
+    def memory_budget_bytes(self) -> int:
+        return self.memory_budget or DEFAULT_MEMORY_BUDGET
+
     def num_checkpoints(self, integrator: Integrator, state0: State, max_steps: int) -> int:
         """The checkpoint count this adjoint uses for a solve (see class docstring)."""
         if self.checkpoints is not None:
             return min(self.checkpoints, max_steps)
-        budget = self.memory_budget or DEFAULT_MEMORY_BUDGET
+        budget = self.memory_budget_bytes()
         if max_steps * _nbytes(state0) <= budget:
             return max_steps
         per_checkpoint = max(_nbytes(integrator.compress(state0)), 1)

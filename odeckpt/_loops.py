@@ -22,10 +22,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-try:
-    from . import _schedule_jax as sj
-except ImportError:  # TEMP
-    sj = None
+from . import _schedule_jax as sj
 
 
 class Emitter(eqx.Module):
@@ -232,9 +229,8 @@ def _after_advance(plan: _Plan, slot_free_index):
 
 
 def _free_slot(plan: _Plan, c: int):
-    used = jnp.zeros((c,), bool).at[plan.stack_slot].set(
-        jnp.arange(c) < plan.count, mode="drop"
-    )
+    live = jnp.where(jnp.arange(c) < plan.count, plan.stack_slot, c)
+    used = jnp.zeros((c,), bool).at[live].set(True, mode="drop")
     return jnp.argmin(used).astype(jnp.int32)
 
 
@@ -304,23 +300,20 @@ def _forward_store_all(body, theta, state0, max_steps):
 def _forward_online(body, theta, state0, max_steps, c):
     ckpt0 = body.compress(state0)
     slots = jax.tree.map(lambda x: jnp.zeros((c, *jnp.shape(x)), x.dtype), ckpt0)
-    slot_pos = jnp.full((c,), -1, jnp.int32)
 
     def step(carry):
-        state, buffers, i, online, slots, slot_pos = carry
+        state, buffers, i, online, slots = carry
         online, slot = sj.online_decide(online, i)
-        index = jnp.where(slot >= 0, slot, c)
-        slots = _store(slots, index, body.compress(state))
-        slot_pos = slot_pos.at[index].set(i, mode="drop")
+        slots = _store(slots, jnp.where(slot >= 0, slot, c), body.compress(state))
         new, record, _ = body.step(theta, state)
         buffers = _write(body, theta, state, new, record, buffers)
-        return new, buffers, i + 1, online, slots, slot_pos
+        return new, buffers, i + 1, online, slots
 
     init = (state0, _empty_buffers(body, theta, state0), jnp.asarray(0, jnp.int32),
-            sj.online_init(c), slots, slot_pos)  # fmt: skip
+            sj.online_init(c), slots)  # fmt: skip
     cond = lambda carry: _keep_going(body, theta, max_steps, carry[0], carry[2])  # noqa: E731
-    state, buffers, n, _, slots, slot_pos = lax.while_loop(cond, step, init)
-    return LoopOutput(state, buffers, n), _Residuals(n, None, slots, slot_pos)
+    state, buffers, n, online, slots = lax.while_loop(cond, step, init)
+    return LoopOutput(state, buffers, n), _Residuals(n, None, slots, online.positions)
 
 
 @_checkpointed.def_bwd
@@ -390,8 +383,9 @@ def _backward_online(body, theta, res: _Residuals, ct_state, ct_buffers, c):
         slots = _store(slots, index, body.compress(state))
         return plan, state, slots, ct_th, ct_st
 
-    state0 = body.restore(theta, _index(res.slots, 0))
-    init = (_initial_plan(res, c), state0, res.slots,
+    like = eqx.filter_eval_shape(body.restore, theta, _index(res.slots, 0))
+    placeholder = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), like)
+    init = (_initial_plan(res, c), placeholder, res.slots,
             _zeros(eqx.filter(theta, _is_diff)), ct_state)  # fmt: skip
     out = lax.while_loop(lambda carry: carry[0].b > 0, step, init)
     return out[3], out[4]

@@ -1,0 +1,195 @@
+"""CheckpointAdjoint: schedules change cost, never values."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import odeckpt as oc
+from odeckpt import schedules
+
+A = jnp.array([[-0.3, 1.0], [-1.0, -0.2]])
+Y0 = jnp.array([1.0, 0.5])
+TS = jnp.array([0.3, 1.1, 2.0, 2.9])
+
+
+def _linear(t, y, a):
+    return a @ y
+
+
+def _lotka_volterra(t, y, a):
+    x, z = y[0], y[1]
+    return jnp.stack([a[0] * x - a[1] * x * z, -a[2] * z + a[3] * x * z])
+
+
+def _loss(adjoint, saveat, vf=_linear, args=A, controller=None, dt0=0.05, t1=3.0):
+    controller = controller or oc.PIDController(rtol=1e-7, atol=1e-9)
+
+    def loss(y0, args):
+        sol = oc.diffeqsolve(vf, oc.Tsit5(), 0.0, t1, dt0, y0, args=args, saveat=saveat,
+                             stepsize_controller=controller, adjoint=adjoint, max_steps=256)  # fmt: skip
+        weights = jnp.arange(1, sol.ys.shape[0] + 1, dtype=float)[:, None]
+        return jnp.sum(jnp.where(jnp.isfinite(sol.ys), sol.ys, 0.0) ** 2 * weights)
+
+    return jax.jit(jax.grad(loss, argnums=(0, 1)))
+
+
+SAVEATS = {
+    "t1": oc.SaveAt(t1=True),
+    "ts": oc.SaveAt(ts=TS),
+    "ts+t1": oc.SaveAt(ts=TS, t1=True),
+    "steps": oc.SaveAt(steps=True),
+}
+
+
+@pytest.mark.parametrize("c", [1, 2, 3, 5, 9, 40])
+@pytest.mark.parametrize("save", list(SAVEATS))
+def test_every_checkpoint_count_gives_the_stored_gradient(c, save):
+    args = jnp.array([1.5, 1.0, 3.0, 1.0])
+    stored = _loss(oc.CheckpointAdjoint(), SAVEATS[save], _lotka_volterra, args)(Y0, args)
+    recomputed = _loss(oc.CheckpointAdjoint(c), SAVEATS[save], _lotka_volterra, args)(Y0, args)
+    for a, b in zip(jax.tree.leaves(stored), jax.tree.leaves(recomputed), strict=True):
+        np.testing.assert_allclose(b, a, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("c", [None, 4])
+def test_gradient_matches_matrix_exponential(c):
+    def exact(y0, a):
+        return sum(jnp.sum((jax.scipy.linalg.expm(a * t) @ y0) ** 2) * (i + 1)
+                   for i, t in enumerate(TS))  # fmt: skip
+
+    controller = oc.PIDController(rtol=1e-11, atol=1e-12)
+    grads = _loss(oc.CheckpointAdjoint(c), SAVEATS["ts"], controller=controller)(Y0, A)
+    expected = jax.grad(exact, argnums=(0, 1))(Y0, A)
+    for g, e in zip(grads, expected, strict=True):
+        np.testing.assert_allclose(g, e, rtol=1e-8)
+
+
+@pytest.mark.parametrize("direction", [1.0, -1.0])
+@pytest.mark.parametrize("c", [None, 3])
+def test_time_gradients_match_finite_differences(direction, c):
+    def loss(t0, t1, ts, k):
+        sol = oc.diffeqsolve(lambda t, y, a: -a * y + jnp.sin(t), oc.Tsit5(), t0, t1, None,
+                             jnp.array(1.0), args=k, saveat=oc.SaveAt(ts=ts, t1=True),
+                             stepsize_controller=oc.PIDController(rtol=1e-11, atol=1e-12),
+                             adjoint=oc.CheckpointAdjoint(c))  # fmt: skip
+        return jnp.sum(sol.ys**2 * jnp.arange(1.0, 5.0))
+
+    t0, t1 = (0.0, 2.0) if direction > 0 else (2.0, 0.0)
+    ts = jnp.array([0.5, 1.0, 1.5])[:: int(direction)]
+    grads = jax.grad(loss, argnums=(0, 1, 2, 3))(t0, t1, ts, 0.7)
+    eps = 1e-6
+    fd_t0 = (loss(t0 + eps, t1, ts, 0.7) - loss(t0 - eps, t1, ts, 0.7)) / (2 * eps)
+    fd_t1 = (loss(t0, t1 + eps, ts, 0.7) - loss(t0, t1 - eps, ts, 0.7)) / (2 * eps)
+    fd_k = (loss(t0, t1, ts, 0.7 + eps) - loss(t0, t1, ts, 0.7 - eps)) / (2 * eps)
+    basis = jnp.eye(3)
+    fd_ts = [(loss(t0, t1, ts + eps * e, 0.7) - loss(t0, t1, ts - eps * e, 0.7)) / (2 * eps)
+             for e in basis]  # fmt: skip
+    np.testing.assert_allclose(grads[0], fd_t0, rtol=1e-5)
+    np.testing.assert_allclose(grads[1], fd_t1, rtol=1e-5)
+    np.testing.assert_allclose(grads[2], jnp.stack(fd_ts), rtol=1e-5)
+    np.testing.assert_allclose(grads[3], fd_k, rtol=1e-5)
+
+
+class _Field(eqx.Module):
+    layer: eqx.nn.Linear
+
+    def __call__(self, t, y, args):
+        return jnp.tanh(self.layer(y)) - 0.1 * y
+
+
+def test_equinox_module_parameters_get_gradients():
+    field = _Field(eqx.nn.Linear(2, 2, key=jax.random.key(0)))
+
+    def loss(field, c):
+        sol = oc.diffeqsolve(field, oc.Tsit5(), 0.0, 2.0, 0.1, Y0, adjoint=oc.CheckpointAdjoint(c),
+                             stepsize_controller=oc.PIDController(rtol=1e-8, atol=1e-8))  # fmt: skip
+        return jnp.sum(sol.ys)
+
+    stored = eqx.filter_grad(lambda f: loss(f, None))(field)
+    recomputed = eqx.filter_grad(lambda f: loss(f, 2))(field)
+    np.testing.assert_allclose(recomputed.layer.weight, stored.layer.weight, rtol=1e-10)
+    assert float(jnp.max(jnp.abs(stored.layer.weight))) > 0
+
+
+def test_vmapped_gradients_equal_unbatched():
+    y0s = jnp.array([[1.0, 0.5], [3.0, -2.0], [0.1, 0.1]])
+    args = jnp.array([1.5, 1.0, 3.0, 1.0])
+    grad = _loss(oc.CheckpointAdjoint(3), SAVEATS["ts"], _lotka_volterra, args)
+    batched = jax.vmap(grad, in_axes=(0, None))(y0s, args)
+    for i in range(y0s.shape[0]):
+        single = grad(y0s[i], args)
+        np.testing.assert_allclose(batched[0][i], single[0], rtol=1e-10)
+        np.testing.assert_allclose(batched[1][i], single[1], rtol=1e-10)
+
+
+def test_rejected_steps_never_put_nan_in_gradients():
+    # sqrt(1 - y) is NaN for y > 1: big rejected steps overshoot into NaN territory.
+    def vf(t, y, a):
+        return a * jnp.sqrt(1.0 - y)
+
+    def loss(a):
+        sol = oc.diffeqsolve(vf, oc.Tsit5(), 0.0, 1.9, 1.0, jnp.array(0.0), args=a,
+                             stepsize_controller=oc.PIDController(rtol=1e-8, atol=1e-8))  # fmt: skip
+        return sol.ys[0]
+
+    sol = oc.diffeqsolve(vf, oc.Tsit5(), 0.0, 1.9, 1.0, jnp.array(0.0), args=1.0,
+                         stepsize_controller=oc.PIDController(rtol=1e-8, atol=1e-8))  # fmt: skip
+    assert int(sol.stats["num_rejected_steps"]) > 0
+    g = jax.grad(loss)(1.0)
+    assert np.isfinite(g)
+    exact = 1.9 * (1 - 1.9 / 2)  # y = a t - a^2 t^2 / 4; dy/da at a = 1
+    np.testing.assert_allclose(g, exact, rtol=1e-4)
+
+
+def test_float32_gradients():
+    y0 = Y0.astype(jnp.float32)
+    a = A.astype(jnp.float32)
+    controller = oc.PIDController(rtol=1e-5, atol=1e-6)
+    g32 = _loss(oc.CheckpointAdjoint(3), SAVEATS["t1"], controller=controller)(y0, a)
+    g64 = _loss(oc.CheckpointAdjoint(3), SAVEATS["t1"], controller=controller)(Y0, A)
+    assert g32[0].dtype == jnp.float32
+    np.testing.assert_allclose(g32[1], g64[1], rtol=1e-4)
+
+
+def test_max_steps_none_is_rejected_in_reverse_mode():
+    with pytest.raises(ValueError, match="needs a bounded loop"):
+        oc.diffeqsolve(_linear, oc.Tsit5(), 0.0, 1.0, 0.1, Y0, args=A, max_steps=None)
+
+
+def test_bad_checkpoint_count_is_rejected():
+    with pytest.raises(ValueError, match="positive integer"):
+        oc.CheckpointAdjoint(checkpoints=0)
+
+
+def test_default_checkpoints_store_every_step_for_small_states():
+    adjoint = oc.CheckpointAdjoint()
+    small = jnp.zeros(2)
+    large = jnp.zeros(2**20)  # 8 MiB per state: 4096 of them exceed the budget
+    assert _checkpoints_used(adjoint, small) == 4096
+    c = _checkpoints_used(adjoint, large)
+    assert 2 <= c < 4096
+    assert c * large.nbytes <= adjoint.memory_budget_bytes()
+
+
+def _checkpoints_used(adjoint, y0):
+    from odeckpt._integrate import Integrator
+
+    state0 = eqx.filter_eval_shape(_state0, y0)
+    integrator = Integrator(oc.Tsit5(), 4096, False, False, False, 0)
+    return adjoint.num_checkpoints(integrator, state0, 4096)
+
+
+def _state0(y0):
+    from odeckpt._integrate import Integrator, Problem
+
+    problem = Problem(oc.ODETerm(lambda t, y, a: -y), None, oc.ConstantStepSize(),
+                      jnp.asarray(1.0), jnp.asarray(1.0), None)  # fmt: skip
+    return Integrator(oc.Tsit5(), 4096, False, False, False, 0).init(
+        problem, jnp.asarray(0.0), y0, jnp.asarray(0.1)
+    )
+
+
+def test_schedules_module_is_public():
+    assert schedules.optimal_total(10, 3) == 10 + schedules.revolve_extra_cost(10, 3)
