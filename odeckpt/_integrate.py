@@ -59,6 +59,15 @@ class Problem(eqx.Module):
     ts: jax.Array | None
 
 
+class Replay(eqx.Module):
+    """A step's decisions, recorded in the forward pass and imposed when the step is
+    recomputed: floating-point reassociation in a recomputation must not move the
+    time grid (the error estimate amplifies ulp differences) or flip accept/reject."""
+
+    accepted: jax.Array
+    t_next: jax.Array
+
+
 class Record(eqx.Module):
     """What an accepted step hands to the output writers."""
 
@@ -110,21 +119,27 @@ class Integrator(eqx.Module):
             result=jnp.asarray(RESULTS.successful, jnp.int32),
         )  # fmt: skip
 
-    def step(self, problem: Problem, state: State):
-        """Attempt one step; returns the next state, its output record, and accept."""
+    def step(self, problem: Problem, state: State, replay: Replay | None = None):
+        """Attempt one step; returns the next state, its output record, and accept.
+
+        With `replay`, the recorded decisions are used (their values; derivatives still
+        flow through the recomputed `t_next`)."""
         t0, dt = state.t, state.t_next - state.t
         out = self.solver.step(problem.term, t0, dt, state.y, state.solver_state, problem.args)
         decision = problem.controller.decide(
             t0, dt, state.y, out.y1, out.y_error, self.solver.error_order, state.controller
         )
         finite = _all_finite((out.y1, out.state))
-        accepted = decision.accept & finite
+        accepted = decision.accept & finite if replay is None else replay.accepted
         failed = decision.accept & ~finite
         result = jnp.where(failed, RESULTS.nonfinite_state, decision.result)
         t = jnp.where(accepted, state.t_next, t0)
+        t_next = self._next_time(problem, t, decision, accepted)
+        if replay is not None:
+            t_next = replay.t_next + (t_next - jax.lax.stop_gradient(t_next))
         new = State(
             t=t,
-            t_next=self._next_time(problem, t, decision, accepted),
+            t_next=t_next,
             y=_select(accepted, out.y1, state.y),
             solver_state=_select(accepted, out.state, state.solver_state),
             controller=decision.state,
@@ -135,6 +150,9 @@ class Integrator(eqx.Module):
         )
         record = Record(DenseStep(t0, state.t_next, state.y, out.coeffs), out.y1)
         return new, record, accepted
+
+    def replay(self, new: State, accepted) -> Replay:
+        return Replay(accepted, new.t_next)
 
     def reject(self, problem: Problem, state: State, new: State) -> State:
         """The differentiable part of a rejected step: only `t_next` moves."""
@@ -166,7 +184,7 @@ class Integrator(eqx.Module):
 
     def body(self) -> LoopBody:
         return LoopBody(
-            step=self.step, reject=self.reject, cond=self.cond,
+            step=self.step, replay=self.replay, reject=self.reject, cond=self.cond,
             compress=self.compress, restore=self.restore, emitters=self._emitters(),
         )  # fmt: skip
 

@@ -37,7 +37,8 @@ class Emitter(eqx.Module):
 class LoopBody(eqx.Module):
     """The functions a loop runs; all static."""
 
-    step: Callable = eqx.field(static=True)
+    step: Callable = eqx.field(static=True)  # (theta, state, replay=None) -> ...
+    replay: Callable = eqx.field(static=True)  # (new_state, accepted) -> decisions
     reject: Callable = eqx.field(static=True)
     cond: Callable = eqx.field(static=True)
     compress: Callable = eqx.field(static=True)
@@ -113,13 +114,15 @@ def _add(a, b):
     return jax.tree.map(jnp.add, a, b)
 
 
-def _step_vjp(body: LoopBody, theta, state):
-    """`jax.vjp` of one step w.r.t. the floating parts of theta and state."""
+def _step_vjp(body: LoopBody, theta, state, replay):
+    """`jax.vjp` of one step (with its recorded decisions) w.r.t. the floating parts
+    of theta and state."""
     th_d, th_s = eqx.partition(theta, _is_diff)
     st_d, st_s = eqx.partition(state, _is_diff)
 
     def fn(th_d, st_d):
-        new, record, accepted = body.step(eqx.combine(th_d, th_s), eqx.combine(st_d, st_s))
+        theta, state = eqx.combine(th_d, th_s), eqx.combine(st_d, st_s)
+        new, record, accepted = body.step(theta, state, replay)
         new_d, new_s = eqx.partition(new, _is_diff)
         rec_d, rec_s = eqx.partition(record, _is_diff)
         return (new_d, rec_d), (new_s, rec_s, accepted)
@@ -145,13 +148,13 @@ def _emitter_cotangents(body, theta, state, new, record, ct_buffers):
     return acc
 
 
-def reverse_step(body: LoopBody, theta, state, ct_new, ct_buffers):
+def reverse_step(body: LoopBody, theta, state, replay, ct_new, ct_buffers):
     """Cotangents (theta, state) of step `state -> new` given those of `new` and outputs.
 
     A rejected step leaves the state unchanged; its VJP is taken through
     `body.reject`, so that a rejected candidate's NaN or inf never reaches a gradient.
     """
-    new, record, accepted, vjp_fn = _step_vjp(body, theta, state)
+    new, record, accepted, vjp_fn = _step_vjp(body, theta, state, replay)
     ct_th_out, ct_rec = _emitter_cotangents(body, theta, state, new, record, ct_buffers)
     th_d, th_s = eqx.partition(theta, _is_diff)
     st_d, st_s = eqx.partition(state, _is_diff)
@@ -249,6 +252,7 @@ def _materialize(ct, like):
 
 class _Residuals(eqx.Module):
     n: jax.Array
+    decisions: object  # per step, what `body.replay` recorded
     store: object  # every state (fast path), or None
     slots: object  # compressed checkpoints (online path), or None
     slot_pos: jax.Array | None
@@ -281,39 +285,54 @@ def _checkpointed_fwd(perturbed, vjp_arg, body, max_steps, checkpoints):
 
 
 def _forward_store_all(body, theta, state0, max_steps):
-    store = jax.tree.map(lambda x: jnp.zeros((max_steps, *jnp.shape(x)), x.dtype), state0)
-
-    def cond(carry):
-        return _keep_going(body, theta, max_steps, carry[0], carry[2])
+    store = _stack_like(state0, max_steps)
+    decisions = _stack_like(_replay_like(body, theta, state0), max_steps)
 
     def step(carry):
-        state, buffers, i, store = carry
+        state, buffers, i, store, decisions = carry
         store = _store(store, i, state)
-        new, record, _ = body.step(theta, state)
-        return new, _write(body, theta, state, new, record, buffers), i + 1, store
+        new, record, accepted = body.step(theta, state)
+        decisions = _store(decisions, i, body.replay(new, accepted))
+        return new, _write(body, theta, state, new, record, buffers), i + 1, store, decisions
 
-    init = (state0, _empty_buffers(body, theta, state0), jnp.asarray(0, jnp.int32), store)
-    state, buffers, n, store = lax.while_loop(lambda c: cond((c[0], None, c[2])), step, init)
-    return LoopOutput(state, buffers, n), _Residuals(n, store, None, None)
+    init = (state0, _empty_buffers(body, theta, state0), jnp.asarray(0, jnp.int32),
+            store, decisions)  # fmt: skip
+    cond = lambda carry: _keep_going(body, theta, max_steps, carry[0], carry[2])  # noqa: E731
+    state, buffers, n, store, decisions = lax.while_loop(cond, step, init)
+    return LoopOutput(state, buffers, n), _Residuals(n, decisions, store, None, None)
+
+
+def _stack_like(tree, size):
+    return jax.tree.map(lambda x: jnp.zeros((size, *jnp.shape(x)), x.dtype), tree)
+
+
+def _replay_like(body, theta, state0):
+    def fn(theta, state):
+        new, _, accepted = body.step(theta, state)
+        return body.replay(new, accepted)
+
+    return eqx.filter_eval_shape(fn, theta, state0)
 
 
 def _forward_online(body, theta, state0, max_steps, c):
-    ckpt0 = body.compress(state0)
-    slots = jax.tree.map(lambda x: jnp.zeros((c, *jnp.shape(x)), x.dtype), ckpt0)
+    slots = _stack_like(body.compress(state0), c)
+    decisions = _stack_like(_replay_like(body, theta, state0), max_steps)
 
     def step(carry):
-        state, buffers, i, online, slots = carry
+        state, buffers, i, online, slots, decisions = carry
         online, slot = sj.online_decide(online, i)
         slots = _store(slots, jnp.where(slot >= 0, slot, c), body.compress(state))
-        new, record, _ = body.step(theta, state)
+        new, record, accepted = body.step(theta, state)
+        decisions = _store(decisions, i, body.replay(new, accepted))
         buffers = _write(body, theta, state, new, record, buffers)
-        return new, buffers, i + 1, online, slots
+        return new, buffers, i + 1, online, slots, decisions
 
     init = (state0, _empty_buffers(body, theta, state0), jnp.asarray(0, jnp.int32),
-            sj.online_init(c), slots)  # fmt: skip
+            sj.online_init(c), slots, decisions)  # fmt: skip
     cond = lambda carry: _keep_going(body, theta, max_steps, carry[0], carry[2])  # noqa: E731
-    state, buffers, n, online, slots = lax.while_loop(cond, step, init)
-    return LoopOutput(state, buffers, n), _Residuals(n, None, slots, online.positions)
+    state, buffers, n, online, slots, decisions = lax.while_loop(cond, step, init)
+    residuals = _Residuals(n, decisions, None, slots, online.positions)
+    return LoopOutput(state, buffers, n), residuals
 
 
 @_checkpointed.def_bwd
@@ -331,7 +350,8 @@ def _backward_store_all(body, theta, res: _Residuals, ct_state, ct_buffers, c):
     def step(carry):
         i, ct_th, ct_st = carry
         i = i - 1
-        d_th, ct_st = reverse_step(body, theta, _index(res.store, i), ct_st, ct_buffers)
+        state, replay = _index(res.store, i), _index(res.decisions, i)
+        d_th, ct_st = reverse_step(body, theta, state, replay, ct_st, ct_buffers)
         return i, _add(ct_th, d_th), ct_st
 
     init = (res.n, _zeros(eqx.filter(theta, _is_diff)), ct_state)
@@ -354,22 +374,23 @@ def _initial_plan(res: _Residuals, c: int) -> _Plan:
 def _backward_online(body, theta, res: _Residuals, ct_state, ct_buffers, c):
     """Reverse the steps from the online checkpoints, binomially inside each interval."""
 
-    def restore(state, ckpt, ct_th, ct_st):
+    def restore(state, ckpt, replay, ct_th, ct_st):
         return body.restore(theta, ckpt), ct_th, ct_st
 
-    def advance(state, ckpt, ct_th, ct_st):
-        return body.step(theta, state)[0], ct_th, ct_st
+    def advance(state, ckpt, replay, ct_th, ct_st):
+        return body.step(theta, state, replay)[0], ct_th, ct_st
 
-    def reverse(state, ckpt, ct_th, ct_st):
-        d_th, ct_st = reverse_step(body, theta, state, ct_st, ct_buffers)
+    def reverse(state, ckpt, replay, ct_th, ct_st):
+        d_th, ct_st = reverse_step(body, theta, state, replay, ct_st, ct_buffers)
         return state, _add(ct_th, d_th), ct_st
 
     def step(carry):
         plan, state, slots, ct_th, ct_st = carry
         action, plan = _plan_action(plan, c)
         ckpt = _index(slots, plan.stack_slot[plan.count - 1])
+        replay = _index(res.decisions, jnp.maximum(plan.cur_pos, 0))
         state, ct_th, ct_st = lax.switch(
-            action, (restore, advance, reverse), state, ckpt, ct_th, ct_st
+            action, (restore, advance, reverse), state, ckpt, replay, ct_th, ct_st
         )
         restored = eqx.tree_at(lambda p: (p.cur_pos, p.target), plan,
                                (plan.stack_pos[plan.count - 1], jnp.asarray(-1)))  # fmt: skip
