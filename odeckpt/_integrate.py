@@ -125,7 +125,8 @@ class Integrator(eqx.Module):
         With `replay`, the recorded decisions are used (their values; derivatives still
         flow through the recomputed `t_next`)."""
         t0, dt = state.t, state.t_next - state.t
-        out = self.solver.step(problem.term, t0, dt, state.y, state.solver_state, problem.args)
+        out = self.solver.step(problem.term, t0, dt, state.y, state.solver_state, problem.args,
+                               dense=self.save_ts or self.save_dense)  # fmt: skip
         decision = problem.controller.decide(
             t0, dt, state.y, out.y1, out.y_error, self.solver.error_order, state.controller
         )

@@ -198,7 +198,11 @@ def _plan_action(plan: _Plan, c: int):
     fresh = (action == _ADVANCE) & (plan.target <= plan.cur_pos)
     length = plan.b - top
     snaps = c - plan.count + 1
-    split = sj.revolve_split(jnp.maximum(length, 2), jnp.maximum(snaps, 2))
+    split = lax.cond(  # its small loop runs only when a new target is set
+        fresh & (snaps > 1),
+        lambda: sj.revolve_split(jnp.maximum(length, 2), jnp.maximum(snaps, 2)),
+        lambda: jnp.asarray(1, jnp.int32),
+    )
     m = jnp.where(snaps > 1, split, length - 1)
     target = jnp.where(fresh, top + m, plan.target)
     push = jnp.where(fresh, snaps > 1, plan.push)

@@ -7,6 +7,7 @@ import numpy as np
 from jax import lax
 
 from ._adjoints import AbstractAdjoint, CheckpointAdjoint
+from ._continuous import AbstractContinuousAdjoint
 from ._controllers import AbstractStepSizeController, ConstantStepSize, PIDController
 from ._integrate import Integrator, Problem
 from ._results import RESULTS, raise_if_failed
@@ -59,14 +60,15 @@ def diffeqsolve(
     y0 = floating_state(y0)
     check_inputs(solver, stepsize_controller, adjoint, saveat, max_steps, dt0)
     tdtype = jnp.result_type(*[x for x in (t0, t1, dt0, saveat.ts) if x is not None], float)
+    direction = _direction(t0, t1, dt0)  # from the raw values: jnp.asarray traces under jit
+    ts = None if saveat.ts is None else _check_ts(saveat.ts, t0, t1)
     t0, t1 = jnp.asarray(t0, tdtype), jnp.asarray(t1, tdtype)
-    direction = _direction(t0, t1, dt0)
     if direction is None or direction < 0:
         sign = jnp.where(t1 >= t0, 1, -1).astype(tdtype) if direction is None else -1.0
         term = time_reversed(term, sign)
     else:
         sign = 1.0
-    ts = None if saveat.ts is None else _check_ts(saveat.ts.astype(tdtype), t0, t1) * sign
+    ts = None if ts is None else ts.astype(tdtype) * sign
     tau0, tau1 = t0 * sign, t1 * sign
     term = ODETerm(eqx.filter_closure_convert(term.vf, tau0, y0, args))
     problem = Problem(term, args, stepsize_controller, tau1, _floor(tau1), ts)
@@ -76,6 +78,8 @@ def diffeqsolve(
     )  # fmt: skip
     dt0 = None if dt0 is None else jnp.asarray(dt0, tdtype) * sign
     state0 = integrator.init(problem, tau0, y0, dt0)
+    if isinstance(adjoint, AbstractContinuousAdjoint):
+        adjoint = adjoint.with_throw(throw)
     out = adjoint.loop(integrator, problem, state0, max_steps)
     return _solution(saveat, integrator, problem, state0, out, t0, t1, sign, y0, dt0, throw)
 
@@ -119,7 +123,12 @@ def _check_ts(ts, t0, t1):
 def _floor(t1):
     """t1 less 100 ulp: a step ending beyond it ends at t1 instead."""
     t1 = lax.stop_gradient(t1)
-    return lax.fori_loop(0, 100, lambda _, x: jnp.nextafter(x, -jnp.inf), t1)
+    itype = {2: jnp.int16, 4: jnp.int32, 8: jnp.int64}[t1.dtype.itemsize]
+    bits = lax.bitcast_convert_type(t1, itype)
+    # Floats of one sign are ordered like their bit patterns: step 100 ulp towards -inf.
+    down = lax.bitcast_convert_type(jnp.where(t1 > 0, bits - 100, bits + 100), t1.dtype)
+    below_zero = -100 * jnp.finfo(t1.dtype).smallest_subnormal
+    return jnp.where(t1 == 0, below_zero, down).astype(t1.dtype)
 
 
 def _solution(saveat, integrator, problem, state0, out, t0, t1, sign, y0, dt0, throw):
@@ -153,9 +162,7 @@ def _solution(saveat, integrator, problem, state0, out, t0, t1, sign, y0, dt0, t
     ys = jax.tree.map(lambda *p: jnp.concatenate(p), *ys_parts) if ys_parts else None
     dense = None
     if "dense" in buffers:
-        dense = DenseInterpolation(buffers["dense"], final.num_accepted, jnp.asarray(sign))
-    if throw:
-        ys, ts = raise_if_failed((ys, ts), result)
+        dense = DenseInterpolation(buffers["dense"], final.num_accepted, jnp.asarray(sign), y0)
     evals = 1 + integrator.solver.evals_per_step * out.num_steps
     if dt0 is None and isinstance(problem.controller, PIDController):
         evals = evals + 2  # the starting-step heuristic's two evaluations
@@ -166,4 +173,6 @@ def _solution(saveat, integrator, problem, state0, out, t0, t1, sign, y0, dt0, t
         "num_vf_evals": evals,
         "max_steps": integrator.max_steps,
     }
-    return Solution(t0, t1, ts, ys, stats, result, dense)
+    solution = Solution(t0, t1, ts, ys, stats, result, dense)
+    # Thread the error onto every output (not only `ys`): a dense-only solve has no `ys`.
+    return raise_if_failed(solution, result) if throw else solution

@@ -49,8 +49,10 @@ def _weighted(dt, weights, ks, like: Y) -> Y:
     return _combine(zero, dt, weights, ks)
 
 
-def rk_step(tableau: tab.ButcherTableau, term: AbstractTerm, t0, dt, y0, k0, args):
-    """One explicit Runge–Kutta step with FSAL reuse of `k0 = f(t0, y0)`."""
+def rk_step(tableau: tab.ButcherTableau, term: AbstractTerm, t0, dt, y0, k0, args, dense=True):
+    """One explicit Runge–Kutta step with FSAL reuse of `k0 = f(t0, y0)`.
+
+    `dense=False` skips the dense-output coefficients (`coeffs=None`)."""
     ks = [k0]
     y_stage = y0
     for i in range(1, tableau.stages):
@@ -63,7 +65,9 @@ def rk_step(tableau: tab.ButcherTableau, term: AbstractTerm, t0, dt, y0, k0, arg
         y1 = _combine(y0, dt, tableau.b, ks)
         k1 = term.vf(t1, y1, args)
     y_error = None if tableau.b_err is None else _weighted(dt, tableau.b_err, ks, y0)
-    if tableau.dense is None:
+    if not dense:
+        coeffs = None
+    elif tableau.dense is None:
         coeffs = hermite_coeffs(y0, y1, k0, k1, dt)
     else:
         degree = len(tableau.dense[0])
@@ -94,7 +98,8 @@ class AbstractSolver(eqx.Module):
         `(t, y)` when a checkpoint is restored. Runge–Kutta: the first stage f(t0, y0)."""
         return term.vf(t0, y0, args)
 
-    def step(self, term, t0, dt, y0, solver_state, args) -> StepOutput:
+    def step(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
+        """Attempt one step of size `dt`; `dense=False` may skip the dense output."""
         raise NotImplementedError
 
 
@@ -120,8 +125,8 @@ class AbstractRungeKutta(AbstractSolver):
     def evals_per_step(self) -> int:
         return self.tableau.stages - 1 if self.tableau.fsal else self.tableau.stages
 
-    def step(self, term, t0, dt, y0, solver_state, args) -> StepOutput:
-        return rk_step(self.tableau, term, t0, dt, y0, solver_state, args)
+    def step(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
+        return rk_step(self.tableau, term, t0, dt, y0, solver_state, args, dense)
 
 
 class Euler(AbstractRungeKutta):
