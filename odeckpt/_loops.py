@@ -20,9 +20,11 @@ from collections.abc import Callable
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from . import _schedule_jax as sj
+from . import schedules
 
 
 class Emitter(eqx.Module):
@@ -155,6 +157,12 @@ def reverse_step(body: LoopBody, theta, state, replay, ct_new, ct_buffers):
     `body.reject`, so that a rejected candidate's NaN or inf never reaches a gradient.
     """
     new, record, accepted, vjp_fn = _step_vjp(body, theta, state, replay)
+    return _pullback(body, theta, state, (new, record, accepted, vjp_fn), ct_new, ct_buffers)
+
+
+def _pullback(body: LoopBody, theta, state, linearised, ct_new, ct_buffers):
+    """`reverse_step` given the step's linearisation `(new, record, accepted, vjp_fn)`."""
+    new, record, accepted, vjp_fn = linearised
     ct_th_out, ct_rec = _emitter_cotangents(body, theta, state, new, record, ct_buffers)
     th_d, th_s = eqx.partition(theta, _is_diff)
     st_d, st_s = eqx.partition(state, _is_diff)
@@ -318,24 +326,45 @@ def _replay_like(body, theta, state0):
     return eqx.filter_eval_shape(fn, theta, state0)
 
 
+_TABLE_LIMIT = 2**19  # max_steps * c up to which the online slots are planned in Python
+
+
+@ft.lru_cache(maxsize=32)
+def _online_table(c: int, max_steps: int) -> np.ndarray:
+    return np.asarray(schedules.online_slots(max_steps, c), np.int32)
+
+
+def _online_slot(c: int, max_steps: int):
+    """`(init, decide)`: the online placement as a constant table when it is cheap to
+    plan at trace time (nothing to compile), else the traced decision function."""
+    if max_steps * c <= _TABLE_LIMIT:
+        table = _online_table(c, max_steps)
+        return jnp.zeros((), jnp.int32), lambda state, i: (state, jnp.asarray(table)[i])
+    return sj.online_init(c), sj.online_decide
+
+
 def _forward_online(body, theta, state0, max_steps, c):
     slots = _stack_like(body.compress(state0), c)
     decisions = _stack_like(_replay_like(body, theta, state0), max_steps)
+    online0, decide = _online_slot(c, max_steps)
 
     def step(carry):
-        state, buffers, i, online, slots, decisions = carry
-        online, slot = sj.online_decide(online, i)
-        slots = _store(slots, jnp.where(slot >= 0, slot, c), body.compress(state))
+        state, buffers, i, online, slots, positions, decisions = carry
+        online, slot = decide(online, i)
+        slot = jnp.where(slot >= 0, slot, c)
+        slots = _store(slots, slot, body.compress(state))
+        positions = positions.at[slot].set(i, mode="drop")
         new, record, accepted = body.step(theta, state)
         decisions = _store(decisions, i, body.replay(new, accepted))
         buffers = _write(body, theta, state, new, record, buffers)
-        return new, buffers, i + 1, online, slots, decisions
+        return new, buffers, i + 1, online, slots, positions, decisions
 
+    positions = jnp.full((c,), -1, jnp.int32)
     init = (state0, _empty_buffers(body, theta, state0), jnp.asarray(0, jnp.int32),
-            sj.online_init(c), slots, decisions)  # fmt: skip
+            online0, slots, positions, decisions)  # fmt: skip
     cond = lambda carry: _keep_going(body, theta, max_steps, carry[0], carry[2])  # noqa: E731
-    state, buffers, n, online, slots, decisions = lax.while_loop(cond, step, init)
-    residuals = _Residuals(n, decisions, None, slots, online.positions)
+    state, buffers, n, _, slots, positions, decisions = lax.while_loop(cond, step, init)
+    residuals = _Residuals(n, decisions, None, slots, positions)
     return LoopOutput(state, buffers, n), residuals
 
 
@@ -378,23 +407,26 @@ def _initial_plan(res: _Residuals, c: int) -> _Plan:
 def _backward_online(body, theta, res: _Residuals, ct_state, ct_buffers, c):
     """Reverse the steps from the online checkpoints, binomially inside each interval."""
 
-    def restore(state, ckpt, replay, ct_th, ct_st):
+    def restore(state, ckpt, replay, ct_th, ct_st, action):
         return body.restore(theta, ckpt), ct_th, ct_st
 
-    def advance(state, ckpt, replay, ct_th, ct_st):
-        return body.step(theta, state, replay)[0], ct_th, ct_st
+    def move(state, ckpt, replay, ct_th, ct_st, action):
+        # Advancing and reversing share one linearised step: the step is compiled once.
+        linearised = _step_vjp(body, theta, state, replay)
 
-    def reverse(state, ckpt, replay, ct_th, ct_st):
-        d_th, ct_st = reverse_step(body, theta, state, replay, ct_st, ct_buffers)
-        return state, _add(ct_th, d_th), ct_st
+        def reverse():
+            d_th, ct = _pullback(body, theta, state, linearised, ct_st, ct_buffers)
+            return state, _add(ct_th, d_th), ct
+
+        return lax.cond(action == _REVERSE, reverse, lambda: (linearised[0], ct_th, ct_st))
 
     def step(carry):
         plan, state, slots, ct_th, ct_st = carry
         action, plan = _plan_action(plan, c)
         ckpt = _index(slots, plan.stack_slot[plan.count - 1])
         replay = _index(res.decisions, jnp.maximum(plan.cur_pos, 0))
-        state, ct_th, ct_st = lax.switch(
-            action, (restore, advance, reverse), state, ckpt, replay, ct_th, ct_st
+        state, ct_th, ct_st = lax.cond(
+            action == _RESTORE, restore, move, state, ckpt, replay, ct_th, ct_st, action
         )
         restored = eqx.tree_at(lambda p: (p.cur_pos, p.target), plan,
                                (plan.stack_pos[plan.count - 1], jnp.asarray(-1)))  # fmt: skip

@@ -800,6 +800,17 @@ def _forward_slots(n: int, c: int, kind: str):
         yield slot
 
 
+def online_slots(n: int, c: int, kind: str = "greedy") -> tuple[int, ...]:
+    """The slot decided at each forward iteration i = 0..n-1 (-1: no store).
+
+    What `online_decide` returns for i = 0, 1, ..., computed incrementally; the traced
+    loop reads this table when it is small enough to build at trace time.
+    """
+    _check_int("n", n, 0)
+    _check_int("c", c, 1)
+    return tuple(_forward_slots(n, c, kind))
+
+
 def online_positions(n: int, c: int, kind: str = "greedy") -> tuple[tuple[int, int], ...]:
     """The checkpoints that survive an online forward pass of n steps.
 
