@@ -193,3 +193,78 @@ def _state0(y0):
 
 def test_schedules_module_is_public():
     assert schedules.optimal_total(10, 3) == 10 + schedules.revolve_extra_cost(10, 3)
+
+
+def _counting_field():
+    calls = []
+
+    def vf(t, y, a):
+        jax.debug.callback(lambda: calls.append(1))
+        return -a * y
+
+    return vf, calls
+
+
+@pytest.mark.parametrize("traced_schedule", [False, True])
+@pytest.mark.parametrize(("n", "c"), [(10, 3), (37, 4), (60, 2), (7, 1), (25, 25)])
+def test_evaluations_match_the_plan(n, c, traced_schedule, monkeypatch):
+    """The traced loop performs exactly the plan of `odeckpt.schedules`: 1 evaluation
+    at the start, 6 per Tsit5 step evaluation (forward, advance or taped) and 1 per
+    checkpoint restore (the first stage is recomputed)."""
+    from odeckpt import _loops
+
+    if traced_schedule:
+        monkeypatch.setattr(_loops, "_TABLE_LIMIT", 0)
+    vf, calls = _counting_field()
+    ts = jnp.linspace(0.0, 1.0, n + 1)
+
+    def loss(a):
+        sol = oc.diffeqsolve(vf, oc.Tsit5(), 0.0, 1.0, None, jnp.ones(2), args=a,
+                             stepsize_controller=oc.StepTo(ts), max_steps=n + 3,
+                             adjoint=oc.CheckpointAdjoint(c))  # fmt: skip
+        return sol.ys.sum()
+
+    grad = jax.jit(jax.grad(loss))
+    jax.block_until_ready(grad(0.5))
+    calls.clear()
+    jax.block_until_ready(grad(0.5))
+    plan = schedules.online_plan(n, c)
+    restores = sum(isinstance(a, schedules.Restore) for a in plan.actions)
+    assert len(calls) == 1 + 6 * plan.total + restores
+
+
+def test_storing_every_step_costs_twice_the_forward_evaluations():
+    vf, calls = _counting_field()
+
+    def loss(a):
+        sol = oc.diffeqsolve(vf, oc.Tsit5(), 0.0, 1.0, 0.01, jnp.ones(2), args=a,
+                             max_steps=128)  # fmt: skip
+        return sol.ys.sum()
+
+    jax.block_until_ready(jax.jit(loss)(0.5))
+    calls.clear()
+    jax.block_until_ready(jax.jit(loss)(0.5))
+    forward = len(calls)
+    grad = jax.jit(jax.grad(loss))
+    jax.block_until_ready(grad(0.5))
+    calls.clear()
+    jax.block_until_ready(grad(0.5))
+    assert len(calls) <= 2 * forward
+
+
+def test_checkpoint_memory_is_one_state_per_checkpoint():
+    """Compiled temporary memory grows by the checkpoint record (y and scalars) per c."""
+    y0 = jnp.ones(4096)
+
+    def temp_bytes(c):
+        def loss(y0):
+            sol = oc.diffeqsolve(lambda t, y, a: -y, oc.Tsit5(), 0.0, 1.0, 0.01, y0,
+                                 max_steps=512, adjoint=oc.CheckpointAdjoint(c))  # fmt: skip
+            return sol.ys.sum()
+
+        compiled = jax.jit(jax.grad(loss)).lower(y0).compile()
+        return compiled.memory_analysis().temp_size_in_bytes
+
+    per_checkpoint = (temp_bytes(24) - temp_bytes(8)) / 16
+    state_bytes = y0.nbytes + 64  # y plus the record's scalars
+    assert y0.nbytes <= per_checkpoint <= 1.1 * state_bytes
