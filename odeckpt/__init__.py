@@ -15,7 +15,16 @@ from ._controllers import (
     StepTo as StepTo,
     rms_norm as rms_norm,
 )
+from ._esdirk import Kvaerno3 as Kvaerno3
+from ._esdirk import Kvaerno5 as Kvaerno5
+from ._progress import (
+    AbstractProgressMeter as AbstractProgressMeter,
+    TextProgressMeter as TextProgressMeter,
+    TqdmProgressMeter as TqdmProgressMeter,
+)
 from ._results import RESULTS as RESULTS
+from ._rosenbrock import Rodas5P as Rodas5P
+from ._rosenbrock import Ros3P as Ros3P
 from ._saveat import SaveAt as SaveAt
 from ._solution import Solution as Solution
 from ._solve import diffeqsolve as diffeqsolve

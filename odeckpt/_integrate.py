@@ -5,6 +5,7 @@ The loop that drives `Integrator.step` is chosen by the adjoint (see `_loops`).
 """
 
 import functools as ft
+from collections.abc import Callable
 
 import equinox as eqx
 import jax
@@ -101,6 +102,7 @@ class Integrator(eqx.Module):
     save_steps: bool
     save_dense: bool
     num_ts: int
+    report: Callable | None = None  # progress: (t0, t1, t, i, final=False) -> None
 
     def init(self, problem: Problem, t0, y0: Y, dt0) -> State:
         k0 = self.solver.init(problem.term, t0, y0, problem.args)
@@ -187,7 +189,12 @@ class Integrator(eqx.Module):
         return LoopBody(
             step=self.step, replay=self.replay, reject=self.reject, cond=self.cond,
             compress=self.compress, restore=self.restore, emitters=self._emitters(),
+            progress=None if self.report is None else self._progress,
         )  # fmt: skip
+
+    def _progress(self, problem: Problem, state0: State, state: State, i):
+        assert self.report is not None
+        self.report(state0.t, problem.t1, state.t, i)
 
     def _emitters(self) -> tuple[Emitter, ...]:
         emitters = []

@@ -46,6 +46,7 @@ class LoopBody(eqx.Module):
     compress: Callable = eqx.field(static=True)
     restore: Callable = eqx.field(static=True)
     emitters: tuple[Emitter, ...] = eqx.field(static=True)
+    progress: Callable | None = eqx.field(static=True, default=None)  # (theta, state0, state, i)
 
 
 class LoopOutput(eqx.Module):
@@ -83,6 +84,11 @@ def _keep_going(body, theta, max_steps, state, i):
     return going if max_steps is None else going & (i < max_steps)
 
 
+def _report(body: LoopBody, theta, state0, state, i):
+    if body.progress is not None:
+        body.progress(theta, state0, state, i)
+
+
 def forward_loop(body: LoopBody, theta, state0, max_steps: int | None) -> LoopOutput:
     """The plain loop (no reverse mode; forward mode works through it)."""
 
@@ -92,6 +98,7 @@ def forward_loop(body: LoopBody, theta, state0, max_steps: int | None) -> LoopOu
 
     def step(carry):
         state, buffers, i = carry
+        _report(body, theta, state0, state, i)
         new, record, _ = body.step(theta, state)
         return new, _write(body, theta, state, new, record, buffers), i + 1
 
@@ -302,6 +309,7 @@ def _forward_store_all(body, theta, state0, max_steps):
 
     def step(carry):
         state, buffers, i, store, decisions = carry
+        _report(body, theta, state0, state, i)
         store = _store(store, i, state)
         new, record, accepted = body.step(theta, state)
         decisions = _store(decisions, i, body.replay(new, accepted))
@@ -350,6 +358,7 @@ def _forward_online(body, theta, state0, max_steps, c):
 
     def step(carry):
         state, buffers, i, online, slots, positions, decisions = carry
+        _report(body, theta, state0, state, i)
         online, slot = decide(online, i)
         slot = jnp.where(slot >= 0, slot, c)
         slots = _store(slots, slot, body.compress(state))

@@ -8,8 +8,9 @@ from jax import lax
 
 from ._adjoints import AbstractAdjoint, CheckpointAdjoint
 from ._continuous import AbstractContinuousAdjoint
-from ._controllers import AbstractStepSizeController, ConstantStepSize, PIDController
+from ._controllers import AbstractStepSizeController, ConstantStepSize, PIDController, StepTo
 from ._integrate import Integrator, Problem
+from ._progress import AbstractProgressMeter, progress_callback
 from ._results import RESULTS, raise_if_failed
 from ._saveat import SaveAt
 from ._solution import DenseInterpolation, Solution
@@ -32,6 +33,7 @@ def diffeqsolve(
     adjoint: AbstractAdjoint = CheckpointAdjoint(),
     max_steps: int | None = 4096,
     throw: bool = True,
+    progress_meter: AbstractProgressMeter | None = None,
 ) -> Solution:
     """Solve `dy/dt = f(t, y, args)` from `t0` to `t1` (either direction).
 
@@ -48,6 +50,8 @@ def diffeqsolve(
         adjoint: how reverse mode runs (`CheckpointAdjoint()` by default).
         max_steps: bound on attempted steps (accepted + rejected).
         throw: raise if the solve fails; with `False` inspect `Solution.result`.
+        progress_meter: `TextProgressMeter()` or `TqdmProgressMeter()` to report
+            progress from inside the compiled loop; `None` (default) costs nothing.
 
     Returns:
         A `Solution`.
@@ -71,16 +75,19 @@ def diffeqsolve(
     ts = None if ts is None else ts.astype(tdtype) * sign
     tau0, tau1 = t0 * sign, t1 * sign
     term = ODETerm(eqx.filter_closure_convert(term.vf, tau0, y0, args))
-    problem = Problem(term, args, stepsize_controller, tau1, _floor(tau1), ts)
+    controller = _internal_controller(stepsize_controller, t0, t1, sign)
+    problem = Problem(term, args, controller, tau1, _floor(tau1), ts)
     integrator = Integrator(
         solver, max_steps or 0, ts is not None, saveat.steps, saveat.dense,
-        0 if ts is None else ts.shape[0],
+        0 if ts is None else ts.shape[0], progress_callback(progress_meter),
     )  # fmt: skip
     dt0 = None if dt0 is None else jnp.asarray(dt0, tdtype) * sign
     state0 = integrator.init(problem, tau0, y0, dt0)
     if isinstance(adjoint, AbstractContinuousAdjoint):
         adjoint = adjoint.with_throw(throw)
     out = adjoint.loop(integrator, problem, state0, max_steps)
+    if integrator.report is not None:
+        integrator.report(tau0, tau1, out.state.t, out.num_steps, final=True)
     return _solution(saveat, integrator, problem, state0, out, t0, t1, sign, y0, dt0, throw)
 
 
@@ -118,6 +125,33 @@ def _check_ts(ts, t0, t1):
             f"ts[{i + 1}]={values[i + 1]} after ts[{i}]={values[i]}."
         )
     return ts
+
+
+def _internal_controller(controller, t0, t1, sign):
+    """The controller in the solver's internal (increasing) time: `StepTo`'s times flip."""
+    if not isinstance(controller, StepTo):
+        return controller
+    ts = jnp.asarray(controller.ts, t0.dtype)
+    _check_step_to(ts, t0, t1)
+    return StepTo(ts * sign)
+
+
+def _check_step_to(ts, t0, t1):
+    values, c0, c1 = concrete(ts), concrete(t0), concrete(t1)
+    if values is None or c0 is None or c1 is None:
+        return
+    if values[0] != c0 or values[-1] != c1:
+        raise ValueError(
+            "`StepTo(ts=...)` must start at t0 and end at t1; got "
+            f"ts[0]={values[0]}, ts[-1]={values[-1]} for t0={c0}, t1={c1}."
+        )
+    steps = np.diff(values) * (1 if c1 >= c0 else -1)
+    if np.any(steps <= 0):
+        i = int(np.nonzero(steps <= 0)[0][0])
+        raise ValueError(
+            "`StepTo(ts=...)` must be strictly monotone from t0 to t1; got "
+            f"ts[{i + 1}]={values[i + 1]} after ts[{i}]={values[i]}."
+        )
 
 
 def _floor(t1):
