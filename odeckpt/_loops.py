@@ -204,7 +204,7 @@ class _Plan(eqx.Module):
 _RESTORE, _ADVANCE, _REVERSE = 0, 1, 2
 
 
-def _plan_action(plan: _Plan, c: int):
+def _plan_action(plan: _Plan, c: int, betas: jax.Array):
     """Choose this iteration's action; set a new advance target when one is needed."""
     top = plan.stack_pos[plan.count - 1]
     action = jnp.where(
@@ -213,11 +213,7 @@ def _plan_action(plan: _Plan, c: int):
     fresh = (action == _ADVANCE) & (plan.target <= plan.cur_pos)
     length = plan.b - top
     snaps = c - plan.count + 1
-    split = lax.cond(  # its small loop runs only when a new target is set
-        fresh & (snaps > 1),
-        lambda: sj.revolve_split(jnp.maximum(length, 2), jnp.maximum(snaps, 2)),
-        lambda: jnp.asarray(1, jnp.int32),
-    )
+    split = sj.revolve_split_from_table(length, snaps, betas)
     m = jnp.where(snaps > 1, split, length - 1)
     target = jnp.where(fresh, top + m, plan.target)
     push = jnp.where(fresh, snaps > 1, plan.push)
@@ -415,6 +411,8 @@ def _initial_plan(res: _Residuals, c: int) -> _Plan:
 
 def _backward_online(body, theta, res: _Residuals, ct_state, ct_buffers, c):
     """Reverse the steps from the online checkpoints, binomially inside each interval."""
+    max_steps = jax.tree.leaves(res.decisions)[0].shape[0]
+    betas = jnp.asarray(sj.beta_table(c, max_steps))
 
     def restore(state, ckpt, replay, ct_th, ct_st, action):
         return body.restore(theta, ckpt), ct_th, ct_st
@@ -431,7 +429,7 @@ def _backward_online(body, theta, res: _Residuals, ct_state, ct_buffers, c):
 
     def step(carry):
         plan, state, slots, ct_th, ct_st = carry
-        action, plan = _plan_action(plan, c)
+        action, plan = _plan_action(plan, c, betas)
         ckpt = _index(slots, plan.stack_slot[plan.count - 1])
         replay = _index(res.decisions, jnp.maximum(plan.cur_pos, 0))
         state, ct_th, ct_st = lax.cond(

@@ -245,3 +245,43 @@ def online_decide(state: OnlineState, i) -> tuple[OnlineState, jax.Array]:
     if state.kind == "wang":
         return _wang_decide(state, i)
     return _greedy_decide(state, i)
+
+
+def beta_table(c: int, max_length: int):
+    """`table[s, r] = beta(s, r)` (saturated) for `s <= c` and every r up to the least r
+    with `beta(2, r) >= max_length`: what `revolve_split_from_table` needs for lengths
+    up to `max_length` with at most c snapshots. A NumPy int32 array."""
+    import numpy as np
+
+    from .schedules import beta
+
+    rows, r = [], 0
+    while True:
+        rows.append([min(beta(s, r), SATURATION) for s in range(c + 1)])
+        if beta(2, r) >= max_length:
+            break
+        r += 1
+    return np.asarray(rows, np.int32).T
+
+
+def revolve_split_from_table(l, s, table: jax.Array) -> jax.Array:  # noqa: E741
+    """`revolve_split(l, s)` by table look-up: no loop, so it compiles small.
+
+    Args:
+        l: steps to reverse (>= 2, at most the table's `max_length`).
+        s: snapshots (>= 2, at most the table's c).
+        table: `beta_table(c, max_length)`.
+    """
+    l = jnp.maximum(_int(l), 2)  # noqa: E741
+    s = jnp.maximum(_int(s), 2)
+    row = table[s]
+    r = jnp.sum(row < l).astype(_I32)  # least r with beta(s, r) >= l
+
+    def at(k):
+        return jnp.where(k >= 0, row[jnp.maximum(k, 0)], 0)
+
+    big, b2, b3 = at(r - 1), at(r - 2), at(r - 3)
+    mid = big - b2
+    small = mid - (b2 - b3)
+    m = jnp.where(l - big <= small, b2, jnp.where(l - big - mid >= small, big, l - mid - small))
+    return jnp.maximum(m, 1)

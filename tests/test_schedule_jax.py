@@ -114,3 +114,15 @@ def test_online_init_checks_arguments():
     with pytest.raises(ValueError):
         J.online_init(3, "nope")
     assert J.online_init(3, "default").kind == "greedy"
+
+
+@pytest.mark.parametrize(("c", "max_length"), [(11, 299), (4, 3000), (40, 1500)])
+def test_table_split_equals_the_reference(c, max_length):
+    table = jnp.asarray(J.beta_table(c, max_length))
+    lengths = np.arange(2, max_length + 1)
+    for s in sorted({2, 3, c}):
+        got = jax.jit(jax.vmap(lambda l, s=s: J.revolve_split_from_table(l, s, table)))(
+            jnp.asarray(lengths)
+        )
+        expected = [S.revolve_split(int(l), s) for l in lengths]
+        np.testing.assert_array_equal(np.asarray(got), expected)
