@@ -151,6 +151,8 @@ class PIDController(AbstractStepSizeController):
             dt = _select_initial_step(self, solver.error_order, term, t0, y0, args)
         if self.dtmax is not None:
             dt = jnp.minimum(dt, self.dtmax)
+        if self.dtmin is not None:  # the first step obeys dtmin too (as in diffrax)
+            dt = jnp.maximum(dt, self.dtmin)
         return dt
 
     def decide(self, t0, dt, y0, y1, y_error, error_order, state):
@@ -170,11 +172,12 @@ class PIDController(AbstractStepSizeController):
         )
         inv = jnp.where((inv == 0) | jnp.isinf(inv), 1.0, inv)
         dt_next, at_dtmin, result = self._clip(dt * factor.astype(dt.dtype), state, factor)
+        dtype = state.prev_inv_error.dtype  # the carried dtype, e.g. float64 for float32 y
         new_state = ControllerState(
-            prev_inv_error=jnp.where(accept, inv, state.prev_inv_error).astype(inv.dtype),
+            prev_inv_error=jnp.where(accept, inv, state.prev_inv_error).astype(dtype),
             prev_prev_inv_error=jnp.where(
                 accept, state.prev_inv_error, state.prev_prev_inv_error
-            ).astype(inv.dtype),
+            ).astype(dtype),
             at_dtmin=at_dtmin,
             index=state.index,
         )

@@ -14,15 +14,24 @@ class DenseInterpolation(eqx.Module):
     steps: DenseStep  # stacked: leaves have a leading axis of length max_steps
     num_steps: jax.Array
     direction: jax.Array
+    y0: Y | None = None  # returned when no step was taken (e.g. t0 == t1)
 
     def evaluate(self, t) -> Y:
         t = jnp.asarray(t)
         if t.ndim > 0:
             return jax.vmap(self.evaluate)(t)
         tau = self.direction * t
-        ends = jnp.where(jnp.arange(self.steps.t1.shape[0]) < self.num_steps, self.steps.t1, jnp.inf)
-        i = jnp.clip(jnp.searchsorted(ends, tau, side="left"), 0, jnp.maximum(self.num_steps - 1, 0))
-        return jax.tree.map(lambda x: x[i], self.steps).evaluate(tau)
+        ends = jnp.where(
+            jnp.arange(self.steps.t1.shape[0]) < self.num_steps, self.steps.t1, jnp.inf
+        )
+        i = jnp.clip(
+            jnp.searchsorted(ends, tau, side="left"), 0, jnp.maximum(self.num_steps - 1, 0)
+        )
+        value = jax.tree.map(lambda x: x[i], self.steps).evaluate(tau)
+        if self.y0 is None:
+            return value
+        # Without steps, row 0 is an unfilled (inf) buffer row: its polynomial is NaN.
+        return jax.tree.map(lambda v, y: jnp.where(self.num_steps > 0, v, y), value, self.y0)
 
 
 class Solution(eqx.Module):

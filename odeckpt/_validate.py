@@ -9,11 +9,16 @@ from ._controllers import AbstractStepSizeController, ConstantStepSize, StepTo
 from ._saveat import SaveAt
 from ._solvers import AbstractSolver
 
+try:  # `jax.core.concrete_or_error` is deprecated (a DeprecationWarning) in newer JAX
+    from jax.extend.core import concrete_or_error as _concrete_or_error
+except ImportError:  # older JAX
+    from jax.core import concrete_or_error as _concrete_or_error
+
 
 def concrete(x):
     """The value of `x` as a NumPy array, or None when it is traced."""
     try:
-        return np.asarray(jax.core.concrete_or_error(None, x))
+        return np.asarray(_concrete_or_error(None, x))
     except jax.errors.ConcretizationTypeError:
         return None
 
