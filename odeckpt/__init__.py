@@ -6,8 +6,10 @@ from ._adjoints import (
     CheckpointAdjoint as CheckpointAdjoint,
     ForwardMode as ForwardMode,
 )
-from ._continuous import BacksolveAdjoint as BacksolveAdjoint
-from ._continuous import InterpolatingAdjoint as InterpolatingAdjoint
+from ._continuous import (
+    BacksolveAdjoint as BacksolveAdjoint,
+    InterpolatingAdjoint as InterpolatingAdjoint,
+)
 from ._controllers import (
     AbstractStepSizeController as AbstractStepSizeController,
     ConstantStepSize as ConstantStepSize,
@@ -15,16 +17,14 @@ from ._controllers import (
     StepTo as StepTo,
     rms_norm as rms_norm,
 )
-from ._esdirk import Kvaerno3 as Kvaerno3
-from ._esdirk import Kvaerno5 as Kvaerno5
+from ._esdirk import Kvaerno3 as Kvaerno3, Kvaerno5 as Kvaerno5
 from ._progress import (
     AbstractProgressMeter as AbstractProgressMeter,
     TextProgressMeter as TextProgressMeter,
     TqdmProgressMeter as TqdmProgressMeter,
 )
 from ._results import RESULTS as RESULTS
-from ._rosenbrock import Rodas5P as Rodas5P
-from ._rosenbrock import Ros3P as Ros3P
+from ._rosenbrock import Rodas5P as Rodas5P, Ros3P as Ros3P
 from ._saveat import SaveAt as SaveAt
 from ._solution import Solution as Solution
 from ._solve import diffeqsolve as diffeqsolve

@@ -70,7 +70,8 @@ class CheckpointAdjoint(AbstractAdjoint):
             )
         if self.memory_budget is not None and self.memory_budget <= 0:
             raise ValueError(
-                f"`CheckpointAdjoint(memory_budget=...)` must be positive; got {self.memory_budget}."
+                "`CheckpointAdjoint(memory_budget=...)` must be a positive number of bytes; "
+                f"got {self.memory_budget}."
             )
 
     def memory_budget_bytes(self) -> int:
@@ -106,5 +107,3 @@ class ForwardMode(AbstractAdjoint):
 
     def loop(self, integrator, problem, state0, max_steps):
         return forward_loop(integrator.body(), problem, state0, max_steps)
-
-

@@ -14,8 +14,8 @@ from collections.abc import Callable
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 
+from ._concrete import concrete
 from ._custom_types import Y
 from ._results import RESULTS
 
@@ -94,7 +94,7 @@ class StepTo(AbstractStepSizeController):
     ts: jax.Array
 
     def __check_init__(self):
-        ts = np.asarray(self.ts) if not isinstance(self.ts, jax.core.Tracer) else None
+        ts = concrete(self.ts)
         if ts is not None and (ts.ndim != 1 or ts.size < 2):
             raise ValueError(
                 f"`StepTo(ts=...)` needs a 1-D array of at least 2 times; got shape {ts.shape}."

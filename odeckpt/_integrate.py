@@ -10,10 +10,9 @@ from collections.abc import Callable
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-
-from ._controllers import AbstractStepSizeController, ControllerState, _initial_state
 from jaxtyping import PyTree
 
+from ._controllers import AbstractStepSizeController, ControllerState, _initial_state
 from ._custom_types import Args, Y
 from ._interpolation import DenseStep
 from ._loops import Emitter, LoopBody
@@ -106,9 +105,7 @@ class Integrator(eqx.Module):
 
     def init(self, problem: Problem, t0, y0: Y, dt0) -> State:
         k0 = self.solver.init(problem.term, t0, y0, problem.args)
-        dt = problem.controller.first_step(
-            self.solver, problem.term, t0, y0, dt0, problem.args
-        )
+        dt = problem.controller.first_step(self.solver, problem.term, t0, y0, dt0, problem.args)
         t_next = jnp.minimum(t0 + jax.lax.stop_gradient(dt).astype(t0.dtype), problem.t1)
         t_next = jnp.where(t_next > problem.t1_floor, problem.t1, t_next)
         zero = jnp.asarray(0, jnp.int32)
@@ -212,6 +209,7 @@ def _ts_span(state: State, new: State):
 
 
 def _ts_value(problem: Problem, record: Record, j):
+    assert problem.ts is not None
     return record.dense.evaluate(problem.ts[j])
 
 

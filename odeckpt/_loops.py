@@ -16,6 +16,7 @@ reverse sweep.
 
 import functools as ft
 from collections.abc import Callable
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -23,8 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from . import _schedule_jax as sj
-from . import schedules
+from . import _schedule_jax as sj, schedules
 
 
 class Emitter(eqx.Module):
@@ -50,7 +50,7 @@ class LoopBody(eqx.Module):
 
 
 class LoopOutput(eqx.Module):
-    state: object
+    state: Any
     buffers: tuple
     num_steps: jax.Array
 
@@ -225,7 +225,9 @@ def _after_reverse(plan: _Plan, c: int) -> _Plan:
     pop = plan.stack_pos[plan.count - 1] == b
     count = plan.count - pop
     return eqx.tree_at(
-        lambda p: (p.b, p.cur_pos, p.target, p.count), plan, (b, jnp.asarray(-1), jnp.asarray(-1), count)
+        lambda p: (p.b, p.cur_pos, p.target, p.count),
+        plan,
+        (b, jnp.asarray(-1), jnp.asarray(-1), count),
     )
 
 
@@ -398,6 +400,7 @@ def _backward_store_all(body, theta, res: _Residuals, ct_state, ct_buffers, c):
 
 
 def _initial_plan(res: _Residuals, c: int) -> _Plan:
+    assert res.slot_pos is not None
     valid = res.slot_pos >= 0
     order = jnp.argsort(jnp.where(valid, res.slot_pos, jnp.iinfo(jnp.int32).max))
     count = jnp.sum(valid).astype(jnp.int32)
@@ -441,7 +444,9 @@ def _backward_online(body, theta, res: _Residuals, ct_state, ct_buffers, c):
         reversed_ = _after_reverse(plan, c)
         plan = jax.tree.map(
             lambda r, a, v: jnp.select([action == _RESTORE, action == _ADVANCE], [r, a], v),
-            restored, advanced, reversed_,
+            restored,
+            advanced,
+            reversed_,
         )
         index = jnp.where(store & (action == _ADVANCE), advanced.stack_slot[plan.count - 1], c)
         slots = _store(slots, index, body.compress(state))

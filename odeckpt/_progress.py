@@ -42,8 +42,7 @@ class TqdmProgressMeter(AbstractProgressMeter):
             import tqdm
         except ImportError as e:
             raise ImportError(
-                "`TqdmProgressMeter` needs tqdm: `pip install tqdm`, or use "
-                "`TextProgressMeter()`."
+                "`TqdmProgressMeter` needs tqdm: `pip install tqdm`, or use `TextProgressMeter()`."
             ) from e
         return tqdm.tqdm(total=100, unit="%", desc="odeckpt", leave=False)
 

@@ -54,6 +54,4 @@ def is_successful(result: Int[Array, ""]) -> Array:
 def raise_if_failed(x, result: Int[Array, ""]):
     """Raise the message of `result` (under jit too) unless it is `successful`."""
     messages = [code.message or "success" for code in RESULTS]
-    return eqx.branched_error_if(
-        x, result != RESULTS.successful, jnp.asarray(result), messages
-    )
+    return eqx.branched_error_if(x, result != RESULTS.successful, jnp.asarray(result), messages)

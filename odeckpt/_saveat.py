@@ -5,6 +5,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._concrete import concrete
+
 
 class SaveAt(eqx.Module):
     """Which outputs a solve saves.
@@ -43,9 +45,9 @@ class SaveAt(eqx.Module):
 
 
 def _check_monotone(ts):
-    if isinstance(ts, jax.core.Tracer) or ts.shape[0] < 2:
+    values = concrete(ts)
+    if values is None or values.shape[0] < 2:
         return
-    values = np.asarray(ts)
     diffs = np.diff(values)
     if not (np.all(diffs >= 0) or np.all(diffs <= 0)):
         i = int(np.argmax(np.sign(diffs) != np.sign(diffs[np.nonzero(diffs)[0][0]])))

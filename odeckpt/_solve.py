@@ -100,8 +100,7 @@ def _direction(t0, t1, dt0):
     d = None if dt0 is None else concrete(jnp.asarray(dt0))
     if d is not None and (d == 0 or (c1 != c0 and np.sign(d) != direction)):
         raise ValueError(
-            f"`dt0` must be nonzero with the sign of `t1 - t0`; got dt0={d} for "
-            f"t0={c0}, t1={c1}."
+            f"`dt0` must be nonzero with the sign of `t1 - t0`; got dt0={d} for t0={c0}, t1={c1}."
         )
     return direction
 

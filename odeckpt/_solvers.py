@@ -5,10 +5,9 @@ from typing import ClassVar
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-
-from . import _tableaux as tab
 from jaxtyping import PyTree
 
+from . import _tableaux as tab
 from ._custom_types import Args, Y
 from ._interpolation import hermite_coeffs
 from ._terms import AbstractTerm

@@ -5,22 +5,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._adjoints import AbstractAdjoint
+from ._concrete import concrete
 from ._controllers import AbstractStepSizeController, ConstantStepSize, StepTo
 from ._saveat import SaveAt
 from ._solvers import AbstractSolver
-
-try:  # `jax.core.concrete_or_error` is deprecated (a DeprecationWarning) in newer JAX
-    from jax.extend.core import concrete_or_error as _concrete_or_error
-except ImportError:  # older JAX
-    from jax.core import concrete_or_error as _concrete_or_error
-
-
-def concrete(x):
-    """The value of `x` as a NumPy array, or None when it is traced."""
-    try:
-        return np.asarray(_concrete_or_error(None, x))
-    except jax.errors.ConcretizationTypeError:
-        return None
 
 
 def floating_state(y0):
@@ -70,9 +58,7 @@ def check_inputs(solver, controller, adjoint, saveat, max_steps, dt0):
         for name in ("rtol", "atol"):
             value = concrete(jnp.asarray(getattr(controller, name)))
             if value is not None and np.any(value <= 0):
-                raise ValueError(
-                    f"`PIDController({name}=...)` must be positive; got {value}."
-                )
+                raise ValueError(f"`PIDController({name}=...)` must be positive; got {value}.")
 
 
 def _check_type(value, cls, name, example):
