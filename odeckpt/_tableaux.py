@@ -236,12 +236,7 @@ class ButcherTableau:
         stage of the next one.
         """
         s = self.stages
-        return (
-            s > 1
-            and self.c[-1] == 1.0
-            and self.b[-1] == 0.0
-            and self.a[-1] == self.b[: s - 1]
-        )
+        return s > 1 and self.c[-1] == 1.0 and self.b[-1] == 0.0 and self.a[-1] == self.b[: s - 1]
 
     @property
     def b_hat(self) -> tuple[float, ...] | None:
@@ -319,9 +314,7 @@ class ButcherTableau:
         self._check_optional_order(
             "error_order", "b_err", self.error_order, self.b_err, self.order - 1
         )
-        self._check_optional_order(
-            "dense_order", "dense", self.dense_order, self.dense, self.order
-        )
+        self._check_optional_order("dense_order", "dense", self.dense_order, self.dense, self.order)
 
     def _check_optional_order(self, label, field, value, data, upper) -> None:
         if (value is None) != (data is None):
@@ -337,8 +330,7 @@ class ButcherTableau:
             scale = abs(self.c[i]) + sum(abs(x) for x in row)
             if not _close(defect, scale):
                 self._fail(
-                    f"row-sum condition c[{i}] == sum(a[{i}]) violated "
-                    f"(defect {defect:.3e})"
+                    f"row-sum condition c[{i}] == sum(a[{i}]) violated (defect {defect:.3e})"
                 )
 
     def _check_weight_sums(self) -> None:
@@ -348,10 +340,7 @@ class ButcherTableau:
         if self.b_err is not None:
             defect = math.fsum(self.b_err)
             if not _close(defect, sum(abs(x) for x in self.b_err)):
-                self._fail(
-                    f"error weight condition sum(b_err) == 0 violated "
-                    f"(defect {defect:.3e})"
-                )
+                self._fail(f"error weight condition sum(b_err) == 0 violated (defect {defect:.3e})")
 
     def _check_dense_endpoint(self) -> None:
         if self.dense is None:
@@ -360,8 +349,7 @@ class ButcherTableau:
             defect = math.fsum(row) - bi
             if not _close(defect, abs(bi) + sum(abs(x) for x in row)):
                 self._fail(
-                    f"dense output condition b_{i}(1) == b[{i}] violated "
-                    f"(defect {defect:.3e})"
+                    f"dense output condition b_{i}(1) == b[{i}] violated (defect {defect:.3e})"
                 )
 
     def _check_order_conditions(self) -> None:
@@ -614,9 +602,7 @@ _TSIT5_DENSE = (
         ("-1.3299890189751412", "1"),
         ("0.7139816917074209", "-1.4364028541716351", "1"),
     ),
-    _factored_weight(
-        "0.1017", ("0", "0", "1"), ("1.2949852507374631", "-2.1966568338249754", "1")
-    ),
+    _factored_weight("0.1017", ("0", "0", "1"), ("1.2949852507374631", "-2.1966568338249754", "1")),
     _factored_weight(
         "2.490627285651252793",
         ("0", "0", "1"),

@@ -44,9 +44,7 @@ def _max_defect(defects):
 def _weight_defects(tableau, weights, order):
     a = tableau.a_matrix()
     return [
-        d
-        for k in range(1, order + 1)
-        for d in _order_condition_defects(a, np.asarray(weights), k)
+        d for k in range(1, order + 1) for d in _order_condition_defects(a, np.asarray(weights), k)
     ]
 
 
@@ -189,9 +187,7 @@ def test_linear_convergence_of_solution(tableau):
 @pytest.mark.parametrize("tableau", DENSE, ids=_ids(DENSE))
 def test_dense_endpoints(tableau):
     np.testing.assert_array_equal(evaluate_dense_weights(tableau, 0.0), 0.0)
-    np.testing.assert_allclose(
-        evaluate_dense_weights(tableau, 1.0), tableau.b, rtol=0, atol=1e-11
-    )
+    np.testing.assert_allclose(evaluate_dense_weights(tableau, 1.0), tableau.b, rtol=0, atol=1e-11)
 
 
 @pytest.mark.parametrize("tableau", DENSE, ids=_ids(DENSE))
@@ -264,24 +260,16 @@ INVALID = [
     pytest.param(_bad(HEUN, a=((), (0.5, 0.5))), r"shape: len\(a\[1\]\)", id="row"),
     pytest.param(_bad(HEUN, c=()), "at least one stage", id="no-stages"),
     pytest.param(_bad(HEUN, b=(1.0,)), r"shape: len\(b\)", id="len-b"),
-    pytest.param(
-        _bad(HEUN, b_err=(0.5, -0.5, 0.0)), r"shape: len\(b_err\)", id="len-b-err"
-    ),
+    pytest.param(_bad(HEUN, b_err=(0.5, -0.5, 0.0)), r"shape: len\(b_err\)", id="len-b-err"),
     pytest.param(_bad(HEUN, dense=((1.0,),)), r"shape: len\(dense\)", id="len-dense"),
-    pytest.param(
-        _bad(HEUN, dense=((1.0, -0.5), (0.5,))), "equal length", id="ragged-dense"
-    ),
-    pytest.param(
-        _bad(HEUN, c=(0.1, 1.0), a=((), (0.9,))), r"first node c\[0\]", id="c0"
-    ),
+    pytest.param(_bad(HEUN, dense=((1.0, -0.5), (0.5,))), "equal length", id="ragged-dense"),
+    pytest.param(_bad(HEUN, c=(0.1, 1.0), a=((), (0.9,))), r"first node c\[0\]", id="c0"),
     pytest.param(
         _bad(HEUN, c=(0.0, 0.9)),
         r"row-sum condition c\[1\] == sum\(a\[1\]\)",
         id="row-sum",
     ),
-    pytest.param(
-        _bad(HEUN, b=(0.5, 0.6)), r"weight condition sum\(b\) == 1", id="sum-b"
-    ),
+    pytest.param(_bad(HEUN, b=(0.5, 0.6)), r"weight condition sum\(b\) == 1", id="sum-b"),
     pytest.param(_bad(HEUN, b_err=(0.5, -0.4)), r"sum\(b_err\) == 0", id="sum-b-err"),
     pytest.param(
         _bad(HEUN, dense=((1.0, -0.5), (0.0, 0.6))),
