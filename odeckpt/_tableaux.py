@@ -301,10 +301,11 @@ class ButcherTableau:
             self._check_dense_shape()
 
     def _check_dense_shape(self) -> None:
-        s = len(self.c)
-        if len(self.dense) != s:
-            self._fail(f"shape: len(dense) == {len(self.dense)}, expected {s}")
-        degrees = {len(row) for row in self.dense}
+        s, dense = len(self.c), self.dense
+        assert dense is not None
+        if len(dense) != s:
+            self._fail(f"shape: len(dense) == {len(dense)}, expected {s}")
+        degrees = {len(row) for row in dense}
         if len(degrees) != 1 or 0 in degrees:
             self._fail("shape: dense rows must be non-empty and of equal length")
 
@@ -355,7 +356,7 @@ class ButcherTableau:
     def _check_order_conditions(self) -> None:
         a = self.a_matrix()
         checks = [("b", np.array(self.b), self.order)]
-        if self.b_err is not None:
+        if self.b_err is not None and self.error_order is not None:
             checks.append(("b_hat", np.array(self.b_hat), self.error_order))
         for label, weights, order in checks:
             for k in range(1, min(order, _MAX_VALIDATED_ORDER) + 1):
@@ -365,7 +366,7 @@ class ButcherTableau:
                             f"order condition for {label} (order {k}) violated "
                             f"for tree {tree} (defect {defect:.3e})"
                         )
-        if self.dense is not None:
+        if self.dense is not None and self.dense_order is not None:
             dense = np.array(self.dense)
             for k in range(1, min(self.dense_order, _MAX_VALIDATED_ORDER) + 1):
                 for tree, defect, scale in _dense_condition_defects(a, dense, k):
