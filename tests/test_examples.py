@@ -1,0 +1,80 @@
+"""The examples run end to end at a tiny size, and the README's quickstart runs as written.
+
+Each example exposes `main(argv)`; calling it in-process (rather than in a subprocess)
+shares one JAX start-up. The examples need the `examples` extra (optax, matplotlib,
+tqdm): without it these tests are skipped.
+"""
+
+import importlib.util
+import pathlib
+import re
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def load_example(name: str):
+    """Import `examples/<name>.py` as a module (examples/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(
+        f"example_{name}", ROOT / "examples" / f"{name}.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+EXAMPLES = [
+    pytest.param(
+        "neural_ode",
+        ["--epochs", "2", "--batch-size", "8", "--quick"],
+        ["neural_ode_loss.png", "neural_ode_fit.png"],
+        "final loss",
+        id="neural_ode",
+    ),
+    pytest.param(
+        "damped_system", ["--quick"], ["damped_system.png"], "gradient error", id="damped_system"
+    ),
+    pytest.param(
+        "memory_tradeoff",
+        ["--quick"],
+        ["memory_tradeoff.png"],
+        "every c gives the same gradient",
+        id="memory_tradeoff",
+    ),
+]
+
+
+@pytest.mark.parametrize("name, argv, pngs, summary", EXAMPLES)
+def test_example_runs(name, argv, pngs, summary, tmp_path, capsys):
+    for requirement in ("matplotlib", "optax", "tqdm"):
+        pytest.importorskip(requirement)
+    load_example(name).main([*argv, "--out", str(tmp_path)])
+    for png in pngs:
+        assert (tmp_path / png).read_bytes().startswith(b"\x89PNG"), png
+    assert summary in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "flag, expected",
+    [
+        ("checkpoint", "CheckpointAdjoint"),
+        ("backsolve", "BacksolveAdjoint"),
+        ("interpolating", "InterpolatingAdjoint"),
+    ],
+)
+def test_neural_ode_adjoint_flag(flag, expected):
+    for requirement in ("matplotlib", "optax", "tqdm"):
+        pytest.importorskip(requirement)
+    adjoint = load_example("neural_ode").make_adjoint(flag, 3)
+    assert type(adjoint).__name__ == expected
+    assert adjoint.checkpoints == 3
+
+
+def test_readme_quickstart(capsys):
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    match = re.search(r"```python\n(.*?)```", readme, flags=re.DOTALL)
+    assert match is not None, "README.md has no ```python block"
+    exec(compile(match.group(1), "README.md (quickstart)", "exec"), {"__name__": "__quickstart__"})
+    assert capsys.readouterr().out.strip()
