@@ -1,0 +1,224 @@
+"""The backward sweep of a continuous adjoint: the adjoint ODE from a time down to `lo`.
+
+The sweep stops at every mark on its way (`Marks`): output times, where the cotangent
+of the saved output is added to `a`; anchors, where `BacksolveAdjoint`'s `y` is
+checked against the forward solution and reset to it; and, on the forward grid,
+every accepted step time. Between stops it takes either one step of the adjoint
+ODE (forward grid: the backward pass costs what the forward pass did, whatever the
+cotangent's size) or as many adaptive steps as its own controller asks for.
+"""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from ._adjoint_ode import AdjointField, AdjointStep, Flow, Slopes, adjoint_rk_step, anchor_distance
+from ._controllers import AbstractStepSizeController, ControllerState
+from ._custom_types import Y
+from ._results import RESULTS
+from ._tableaux import ButcherTableau
+
+
+class Marks(eqx.Module):
+    """Times where the sweep stops and acts: `times[lo:hi]`, ascending.
+
+    Attributes:
+        jump: rows added to `a` on arrival (cotangents of saved outputs), or `None`.
+        anchor: rows of the forward `y`: on arrival the backward `y` is measured
+            against them and reset to them (`BacksolveAdjoint`), or `None`.
+    """
+
+    times: jax.Array
+    lo: jax.Array
+    hi: jax.Array
+    jump: Y | None = None
+    anchor: Y | None = None
+
+
+class SweepContext(eqx.Module):
+    """What every iteration of a sweep reads.
+
+    Attributes:
+        controller: the backward pass's own step-size controller; `None` steps
+            exactly from mark to mark (the forward grid is then one of the marks).
+        seminorm: leave `g` out of the controller's error norm.
+        stiff_limit: on the forward grid, a step whose stiffness estimate `h rho`
+            exceeds it (while the stiff part is above tolerance) is taken in halves.
+        rtol, atol: the scale of an anchor's distance (`anchor_distance`).
+        max_steps: bound on attempted adaptive steps.
+    """
+
+    tableau: ButcherTableau = eqx.field(static=True)
+    marks: tuple[Marks, ...]
+    controller: AbstractStepSizeController | None
+    seminorm: bool = eqx.field(static=True)
+    error_order: int | None = eqx.field(static=True)
+    stiff_limit: float | None = eqx.field(static=True)  # h rho above it: split the step
+    rtol: jax.Array
+    atol: jax.Array
+    max_steps: int = eqx.field(static=True)
+
+
+class Sweep(eqx.Module):
+    """The backward pass's state between two iterations."""
+
+    tau: jax.Array  # current time (solver's internal time; the sweep decreases it)
+    flow: Flow
+    g: object  # dL/dtheta accumulated so far
+    slopes: Slopes  # the right-hand side at (tau, flow), unless `fresh`
+    fresh: jax.Array  # `slopes` is stale and must be recomputed
+    halve: jax.Array  # the last attempt was too stiff: step half way to the next mark
+    pointers: tuple[jax.Array, ...]  # per mark list: rows below are still ahead
+    dt: jax.Array  # next adaptive step size
+    controller: ControllerState
+    worst: jax.Array  # largest anchor distance met so far
+    num_steps: jax.Array  # attempted steps
+    result: jax.Array
+
+
+def _row(tree, i):
+    return jax.tree.map(lambda x: x[i], tree)
+
+
+def _arrive_one(marks: Marks, pointer, tau, flow: Flow, worst, ctx: SweepContext):
+    """Act on every mark of one list at time `tau` (or later: none are left behind)."""
+
+    def pending(carry):
+        p = carry[0]
+        return (p > marks.lo) & (marks.times[jnp.maximum(p - 1, 0)] >= tau)
+
+    def act(carry):
+        p, flow, worst = carry
+        i = p - 1
+        a = flow.a if marks.jump is None else jax.tree.map(jnp.add, flow.a, _row(marks.jump, i))
+        y = flow.y
+        if marks.anchor is not None and y is not None:
+            y = _row(marks.anchor, i)
+            worst = jnp.maximum(worst, anchor_distance(flow.y, y, ctx.rtol, ctx.atol))
+        return i, Flow(y, a), worst
+
+    return lax.while_loop(pending, act, (pointer, flow, worst))
+
+
+def arrive(ctx: SweepContext, sw: Sweep) -> Sweep:
+    """Apply the jumps and anchors due at `sw.tau`."""
+    flow, worst, fresh, pointers = sw.flow, sw.worst, sw.fresh, []
+    for marks, p in zip(ctx.marks, sw.pointers, strict=True):
+        p_new, flow, worst = _arrive_one(marks, p, sw.tau, flow, worst, ctx)
+        if marks.jump is not None or marks.anchor is not None:
+            fresh = fresh | (p_new != p)
+        pointers.append(p_new)
+    return eqx.tree_at(
+        lambda s: (s.flow, s.worst, s.fresh, s.pointers), sw, (flow, worst, fresh, tuple(pointers))
+    )
+
+
+def next_stop(ctx: SweepContext, pointers, lo):
+    """The latest mark before the current time, or `lo`."""
+    stop = lo
+    for marks, p in zip(ctx.marks, pointers, strict=True):
+        t = jnp.where(p > marks.lo, marks.times[jnp.maximum(p - 1, 0)], -jnp.inf)
+        stop = jnp.maximum(stop, t.astype(stop.dtype))
+    return stop
+
+
+def _refresh(field: AdjointField, sw: Sweep) -> Slopes:
+    return lax.cond(sw.fresh, lambda: field(-sw.tau, sw.flow), lambda: sw.slopes)
+
+
+def _advance(sw: Sweep, tau, step: AdjointStep) -> Sweep:
+    g = jax.tree.map(jnp.add, sw.g, step.g_increment)
+    fsal = step.slopes is not None
+    slopes = step.slopes if fsal else sw.slopes
+    return eqx.tree_at(
+        lambda s: (s.tau, s.flow, s.g, s.slopes, s.fresh),
+        sw,
+        (tau, step.flow, g, slopes, jnp.asarray(not fsal)),
+    )
+
+
+def _too_stiff(ctx: SweepContext, sw: Sweep, step: AdjointStep, dt) -> jax.Array:
+    """Whether a forward-grid step is too stiff for the adjoint: `h rho` beyond the
+    stiff limit, `rho` estimated from the last two stages (as Hairer & Wanner's
+    stiffness detection does), with that stiff part above tolerance.
+
+    The forward pass's steps on a stiff problem sit at the method's stability limit,
+    which the forward pass can afford because the fast modes of `y` have decayed below
+    `atol`; a saved output's cotangent puts O(1) into the same modes of `a`.
+    """
+    if ctx.stiff_limit is None or step.probe is None:
+        return jnp.asarray(False)
+    d_flow, d_slope = (
+        jnp.concatenate([jnp.ravel(x) for x in jax.tree.leaves(t)]) for t in step.probe
+    )
+    size = jnp.sqrt(jnp.sum(d_flow**2))
+    rho_h = dt * jnp.sqrt(jnp.sum(d_slope**2)) / jnp.where(size > 0, size, 1.0)
+    scale = jnp.max(jnp.stack([jnp.max(jnp.abs(x)) for x in jax.tree.leaves(sw.flow)]))
+    visible = jnp.max(jnp.abs(d_flow)) > ctx.atol + ctx.rtol * scale
+    return (rho_h > ctx.stiff_limit) & visible & (dt > 1e-12 * jnp.maximum(jnp.abs(sw.tau), 1))
+
+
+def _grid_iteration(ctx: SweepContext, field: AdjointField, sw: Sweep, lo) -> Sweep:
+    """One step of the adjoint ODE to the next mark (half way, after a too stiff try)."""
+    sw = eqx.tree_at(lambda s: s.slopes, sw, _refresh(field, sw))
+    mark = next_stop(ctx, sw.pointers, lo)
+    target = jnp.where(sw.halve, sw.tau - 0.5 * (sw.tau - mark), mark)
+    dt = sw.tau - target
+    step = adjoint_rk_step(ctx.tableau, field, -sw.tau, dt, sw.flow, sw.slopes)
+    stiff = _too_stiff(ctx, sw, step, dt)
+    moved = _advance(sw, target, step)
+    sw = jax.tree.map(lambda new, old: jnp.where(stiff, old, new), moved, sw)
+    sw = eqx.tree_at(lambda s: (s.halve, s.num_steps), sw, (stiff, sw.num_steps + 1))
+    return arrive(ctx, sw)
+
+
+def _controlled(ctx: SweepContext, sw: Sweep, step: AdjointStep):
+    """The trees the controller's error norm sees: `g` is left out under a seminorm."""
+    if ctx.seminorm:
+        return sw.flow, step.flow, step.flow_error
+    g1 = jax.tree.map(jnp.add, sw.g, step.g_increment)
+    return (sw.flow, sw.g), (step.flow, g1), (step.flow_error, step.g_error)
+
+
+def _adaptive_iteration(ctx: SweepContext, field: AdjointField, sw: Sweep, lo) -> Sweep:
+    """One attempted adaptive step towards the next mark; lands on it exactly."""
+    sw = eqx.tree_at(lambda s: s.slopes, sw, _refresh(field, sw))
+    target = next_stop(ctx, sw.pointers, lo)
+    gap = sw.tau - target
+    land = sw.dt * (1 + 1e-3) >= gap  # stretch a step by at most 0.1% to land on a mark
+    dt = jnp.where(land, gap, sw.dt)
+    error = "flow" if ctx.seminorm else "all"
+    step = adjoint_rk_step(ctx.tableau, field, -sw.tau, dt, sw.flow, sw.slopes, error)
+    assert ctx.controller is not None
+    decision = ctx.controller.decide(
+        -sw.tau, dt, *_controlled(ctx, sw, step), ctx.error_order, sw.controller
+    )
+    moved = _advance(sw, jnp.where(land, target, sw.tau - dt), step)
+    sw = jax.tree.map(lambda new, old: jnp.where(decision.accept, new, old), moved, sw)
+    sw = eqx.tree_at(
+        lambda s: (s.dt, s.controller, s.num_steps, s.result),
+        sw,
+        (
+            decision.dt_next.astype(sw.dt.dtype),
+            decision.state,
+            sw.num_steps + 1,
+            jnp.maximum(sw.result, decision.result).astype(sw.result.dtype),
+        ),
+    )
+    return arrive(ctx, sw)
+
+
+def sweep_to(ctx: SweepContext, field: AdjointField, sw: Sweep, lo) -> Sweep:
+    """Integrate the adjoint ODE from `sw.tau` down to `lo`, acting on every mark."""
+    adaptive = ctx.controller is not None
+    iterate = _adaptive_iteration if adaptive else _grid_iteration
+
+    def going(sw):
+        more = (sw.tau > lo) & (sw.result == RESULTS.successful)
+        return more & (sw.num_steps < ctx.max_steps) if adaptive else more
+
+    sw = lax.while_loop(going, lambda sw: iterate(ctx, field, sw, lo), sw)
+    stuck = (sw.tau > lo) & (sw.result == RESULTS.successful)
+    result = jnp.where(stuck, RESULTS.max_steps_reached, sw.result).astype(sw.result.dtype)
+    return eqx.tree_at(lambda s: s.result, sw, result)

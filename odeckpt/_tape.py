@@ -1,0 +1,132 @@
+"""The forward pass of a continuous adjoint: `forward_loop`, recording as it goes.
+
+What the backward pass needs besides the saved outputs:
+
+- the accepted step times (`grid`, `max_steps + 1` scalars): the backward pass can
+  step exactly across them, and replays steps between anchors on them;
+- every `every`-th accepted state (`anchor_t`, `anchor_y`, and the solver state
+  `anchor_k` when steps are replayed from there): anchors for `BacksolveAdjoint`,
+  replay starts for `InterpolatingAdjoint`;
+- or every accepted step's dense polynomial (`dense`), when it all fits in memory.
+
+The loop is `forward_loop` itself, over a state `(State, Tape)`: the solve's own
+steps and output buffers are exactly those of `forward_loop`.
+"""
+
+import dataclasses
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from ._integrate import Integrator, Problem, State
+from ._interpolation import DenseStep
+from ._loops import Emitter, LoopBody, LoopOutput, forward_loop
+
+
+class TapePlan(eqx.Module):
+    """What the forward pass records (all static).
+
+    Attributes:
+        every: anchor every `every` accepted steps (0: no anchors).
+        keep_k: anchors also hold the first stage `k` (to replay from them).
+        keep_dense: store every accepted step's dense polynomial.
+    """
+
+    every: int = eqx.field(static=True)
+    keep_k: bool = eqx.field(static=True)
+    keep_dense: bool = eqx.field(static=True)
+
+    def slots(self, max_steps: int) -> int:
+        return max_steps // self.every + 1 if self.every else 0
+
+
+class Tape(eqx.Module):
+    """What the forward pass recorded (see the module docstring)."""
+
+    grid: jax.Array  # (max_steps + 1,): grid[0] = t0, grid[i + 1] = end of step i
+    anchor_t: jax.Array  # (slots,): time of anchor q = grid[q * every]
+    anchor_y: object  # y at anchor q, leaves (slots, ...)
+    anchor_k: object  # the solver state (f(t, y) for Runge–Kutta) at anchor q, or None
+    dense: DenseStep | None  # every accepted step's polynomial (max_steps rows)
+
+
+def _rows(n: int, tree):
+    return jax.tree.map(lambda x: jnp.zeros((n, *jnp.shape(x)), x.dtype), tree)
+
+
+def _put(buffer, index, value):
+    return jax.tree.map(lambda b, v: b.at[index].set(v, mode="drop"), buffer, value)
+
+
+def empty_tape(integrator: Integrator, problem: Problem, state0: State, plan: TapePlan):
+    max_steps, slots = integrator.max_steps, plan.slots(integrator.max_steps)
+    grid = jnp.full((max_steps + 1,), jnp.inf, state0.t.dtype).at[0].set(state0.t)
+    dense = None
+    if plan.keep_dense:
+        _, record, _ = eqx.filter_eval_shape(_stepper(integrator, plan).step, problem, state0)
+        dense = _rows(max_steps, record.dense)
+    return Tape(
+        grid=grid,
+        anchor_t=jnp.full((slots,), jnp.inf, state0.t.dtype),
+        anchor_y=_rows(slots, state0.y),
+        anchor_k=_rows(slots, state0.solver_state) if plan.keep_k else None,
+        dense=dense,
+    )
+
+
+def _record_anchor(tape: Tape, state: State, plan: TapePlan) -> Tape:
+    if not plan.every:
+        return tape
+    m = state.num_accepted
+    slot = jnp.where(m % plan.every == 0, m // plan.every, tape.anchor_t.shape[0])
+    return Tape(
+        grid=tape.grid,
+        anchor_t=tape.anchor_t.at[slot].set(state.t, mode="drop"),
+        anchor_y=_put(tape.anchor_y, slot, state.y),
+        anchor_k=None if tape.anchor_k is None else _put(tape.anchor_k, slot, state.solver_state),
+        dense=tape.dense,
+    )
+
+
+def _record_step(tape: Tape, state: State, new: State, record, accepted) -> Tape:
+    index = jnp.where(accepted, state.num_accepted, tape.grid.shape[0])
+    grid = tape.grid.at[index + 1].set(new.t, mode="drop")
+    dense = None if tape.dense is None else _put(tape.dense, index, record.dense)
+    return Tape(grid, tape.anchor_t, tape.anchor_y, tape.anchor_k, dense)
+
+
+def _stepper(integrator: Integrator, plan: TapePlan) -> Integrator:
+    """The integrator whose steps are taken: it computes dense output if it is kept
+    (the step is otherwise the same; outputs are still written as `integrator` asks)."""
+    if not plan.keep_dense:
+        return integrator
+    return dataclasses.replace(integrator, save_dense=True)
+
+
+def _taped_body(integrator: Integrator, plan: TapePlan) -> LoopBody:
+    body, stepper = integrator.body(), _stepper(integrator, plan)
+
+    def step(problem, carry):
+        state, tape = carry
+        tape = _record_anchor(tape, state, plan)
+        new, record, accepted = stepper.step(problem, state)
+        return (new, _record_step(tape, state, new, record, accepted)), record, accepted
+
+    emitters = tuple(
+        Emitter(e.name, lambda s, n, e=e: e.span(s[0], n[0]), e.value, e.size)
+        for e in body.emitters
+    )
+    cond = lambda problem, carry: body.cond(problem, carry[0])  # noqa: E731
+    # Only what `forward_loop` calls is replaced: step, cond, emitters.
+    return dataclasses.replace(body, step=step, cond=cond, emitters=emitters)
+
+
+def taped_loop(
+    integrator: Integrator, problem: Problem, state0: State, max_steps: int, plan: TapePlan
+) -> tuple[LoopOutput, Tape]:
+    """`forward_loop(integrator.body(), ...)`, also returning what `plan` records."""
+    tape0 = empty_tape(integrator, problem, state0, plan)
+    out = forward_loop(_taped_body(integrator, plan), problem, (state0, tape0), max_steps)
+    final, tape = out.state
+    return LoopOutput(final, out.buffers, out.num_steps), tape
