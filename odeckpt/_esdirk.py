@@ -1,0 +1,158 @@
+"""ESDIRK solvers for stiff problems: `Kvaerno3`, `Kvaerno5`.
+
+An ESDIRK step has an explicit first stage `k_1 = f(t0, y0)` and then one implicit
+equation per stage, `k_i = f(t0 + c_i h, y0 + h sum_{j<i} a_ij k_j + h gamma k_i)`,
+all with the same `gamma`, so one LU factorisation of `I - h gamma J` serves every
+stage. Each stage is solved by simplified Newton (`odeckpt._newton`).
+
+**The Jacobian.** `J = df/dy(t0, y0)` is computed afresh at the start of every step
+(`n` forward-mode products) and reused across the step's stages while the
+iterations converge; a stage whose iteration diverges or stalls refreshes it at its
+own point and restarts, and later stages keep the refreshed one. It is *not*
+carried from one step to the next: a step is then a function of `(t, y, args)`
+alone, so a step replayed from a checkpoint (where the solver state is rebuilt by
+`init(t, y)`) repeats the forward pass bit for bit, and `CheckpointAdjoint` gives
+the same gradient whatever it stores. Carrying `J` across steps would save the `n`
+products per step but make each step depend on the history of Jacobian refreshes,
+which a restored checkpoint cannot reproduce.
+
+**Failure.** If a stage does not converge even after the refresh, the step returns
+`y_error = inf` and a NaN `y1`: an adaptive controller rejects the step and shrinks
+`dt` (Newton always converges for small enough `dt`); the controller's `dtmin` and
+`max_steps` bound how far. With `ConstantStepSize` the NaN ends the solve with
+`RESULTS.nonfinite_state`.
+
+**Derivatives.** Each stage is differentiated by the implicit function theorem
+(`lax.custom_root`), not through the Newton iterations: reverse mode costs one
+dense solve with `I - h gamma df/dy` at the converged stage per stage.
+
+References:
+    A. Kværnø (2004), "Singly diagonally implicit Runge–Kutta methods with an
+    explicit first stage", BIT 44(3), 489–502.
+    E. Hairer & G. Wanner, *Solving Ordinary Differential Equations II*, IV.6, IV.8.
+"""
+
+from typing import ClassVar
+
+import jax.numpy as jnp
+
+from . import _linalg as la, _stiff_tableaux as tab
+from ._interpolation import hermite_coeffs
+from ._newton import NewtonOptions, Stage, solve_stage
+from ._solvers import AbstractSolver, StepOutput
+
+
+class AbstractESDIRK(AbstractSolver):
+    """A stiffly accurate ESDIRK method defined by its `tableau`.
+
+    Attributes:
+        rtol, atol: the stage iterations stop once their estimated error is within
+            `atol + rtol |z|` (RMS over the state). They must be well below the
+            step-size controller's tolerances, or Newton errors pollute the error
+            estimate and steps get rejected: the defaults suit controller
+            tolerances down to about `rtol = 1e-9`, `atol = 1e-11`. Both are raised
+            to `100 eps` of the state's dtype (see `odeckpt._newton`).
+        max_iters: iterations allowed per stage before the Jacobian is refreshed
+            (and, on a second failure, the step is rejected).
+
+    Dense output is cubic Hermite from `f(t0, y0)` and the last stage's slope (which
+    is `f(t1, y1)` up to the Newton tolerance).
+    """
+
+    tableau: ClassVar[tab.EsdirkTableau]
+    rtol: float = 1e-10
+    atol: float = 1e-12
+    max_iters: int = 10
+
+    def __check_init__(self):
+        if not (self.rtol > 0 and self.atol > 0 and self.max_iters >= 1):
+            raise ValueError(
+                f"`{type(self).__name__}(rtol, atol, max_iters)` need positive values; "
+                f"got rtol={self.rtol}, atol={self.atol}, max_iters={self.max_iters}."
+            )
+
+    @property
+    def order(self) -> int:
+        return self.tableau.order
+
+    @property
+    def error_order(self) -> int:
+        return self.tableau.order
+
+    @property
+    def evals_per_step(self) -> int:
+        """A lower bound: one evaluation of `f` per stage (each Newton iteration costs
+        one more, the Jacobian `n` forward-mode products)."""
+        return self.tableau.stages
+
+    def init(self, term, t0, y0, args):
+        """No state is carried between steps (see the module docstring): `()`."""
+        return ()
+
+    def step(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
+        flat = la.flatten(term, y0, args)
+        options = NewtonOptions(self.rtol, self.atol, self.max_iters)
+        ks, converged = _stages(self.tableau, flat, (term, y0, args), t0, dt, options)
+        h = dt.astype(flat.y.dtype)
+        y1 = la.combine(flat.y, [h * b for b in self.tableau.b], ks)
+        error = la.combine(jnp.zeros_like(flat.y), [h * e for e in self.tableau.b_err], ks)
+        y1 = jnp.where(converged, y1, jnp.nan)
+        error = jnp.where(converged, error, jnp.inf)
+        coeffs = None
+        if dense:
+            coeffs = la.unravel_rows(flat, hermite_coeffs(flat.y, y1, ks[0], ks[-1], h))
+        return StepOutput(flat.unravel(y1), flat.unravel(error), (), coeffs)
+
+
+def _stages(tableau: tab.EsdirkTableau, flat: la.Flat, problem, t0, dt, options):
+    """The slopes `k_1..k_s`, and whether every implicit stage converged.
+
+    `problem = (term, y0, args)`. The Newton matrix is built from a copy with
+    gradients stopped: it steers the iterations but is not part of the result.
+    """
+    h = dt.astype(flat.y.dtype)
+    hg = h * tableau.gamma
+    k0 = flat.f(t0, flat.y)
+    frozen = la.flatten(*la.stop_gradients(problem))
+    jac = la.jacobian(frozen.f, la.stop_gradients(t0), frozen.y)
+    lu = la.factor(la.shifted(jac, la.stop_gradients(hg)))
+    ks, converged, eta = [k0], jnp.asarray(True), jnp.ones((), flat.y.dtype)
+    for i in range(1, tableau.stages):
+        base = la.combine(flat.y, [h * a for a in tableau.a[i]], ks)
+        guess = la.combine(jnp.zeros_like(k0), tableau.predictor[i], ks)
+        stage = Stage(t0 + tableau.c[i] * dt, base, hg)
+        result = solve_stage(flat.f, stage, guess, lu, eta, options)
+        ks.append(result.k)
+        converged = converged & result.converged
+        eta = jnp.maximum(result.eta, jnp.finfo(flat.y.dtype).eps) ** 0.8
+        lu = result.lu
+    return ks, converged
+
+
+class Kvaerno3(AbstractESDIRK):
+    """Kværnø's ESDIRK 3(2): 4 stages, L-stable, stiffly accurate embedded pair.
+
+    For stiff problems at loose tolerances (`rtol >= 1e-5`). Each step: one Jacobian,
+    one LU, 3 implicit stages.
+
+    References:
+        A. Kværnø (2004), "Singly diagonally implicit Runge–Kutta methods with an
+        explicit first stage", BIT 44(3), 489–502.
+    """
+
+    tableau = tab.KVAERNO3
+
+
+class Kvaerno5(AbstractESDIRK):
+    """Kværnø's ESDIRK 5(4): 7 stages, L-stable, stiffly accurate embedded pair.
+
+    For stiff problems at moderate-to-tight tolerances; the same method as diffrax's
+    `Kvaerno5`. Stage 3 evaluates `f` at `t0 + 1.23 h`, past the step's end. For small
+    dense systems `Rodas5P` is usually cheaper (no Newton iterations).
+
+    References:
+        A. Kværnø (2004), "Singly diagonally implicit Runge–Kutta methods with an
+        explicit first stage", BIT 44(3), 489–502.
+    """
+
+    tableau = tab.KVAERNO5

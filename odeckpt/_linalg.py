@@ -1,0 +1,161 @@
+"""Dense linear algebra for the implicit solvers, on the flattened state.
+
+A PyTree state is flattened into one vector with `jax.flatten_util.ravel_pytree` (its
+leaves promoted to one dtype), so Jacobians are plain `(n, n)` matrices, factorised
+once (LU with partial pivoting) for every right-hand side of a step.
+
+Small systems (`n <= SMALL`) are solved with the inverse formed from that pivoted LU,
+applied as a matrix-vector product. At those sizes the arithmetic is negligible and
+each LAPACK call (factorisation, triangular solve) costs microseconds on CPU, so this
+halves the reverse pass of a Rosenbrock step (for n = 2, 0.55 ms against 0.97 ms for
+20 steps); accuracy on Robertson, where cond(W) reaches about 1e10, and on Van der
+Pol (mu = 1000) matched triangular solves to 1e-4 of the tolerance down to rtol =
+1e-10. Larger systems use triangular solves with the LU factors.
+
+Trade-off: dense matrices cost `n^2` memory and `n^3 / 3` flops per factorisation, so
+these solvers suit systems up to a few hundred unknowns; larger or sparse systems
+want a Krylov method, which this module does not provide.
+"""
+
+from collections.abc import Callable
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+from jax.flatten_util import ravel_pytree
+
+from ._custom_types import Args, Y
+from ._terms import AbstractTerm
+
+FlatField = Callable[[jax.Array, jax.Array], jax.Array]
+"""`f(t, y_flat) -> dy/dt` flattened like `y_flat`."""
+
+
+class Flat(eqx.Module):
+    """A state flattened to one vector, with the vector field on that vector.
+
+    Attributes:
+        y: the flat state (the common dtype of the leaves).
+        unravel: maps a flat vector back to the state's PyTree (and leaf dtypes).
+        f: the vector field on flat vectors, `f(t, y) -> dy/dt`, in `y.dtype`.
+    """
+
+    y: jax.Array
+    unravel: Callable = eqx.field(static=True)
+    f: FlatField = eqx.field(static=True)
+
+
+def flatten(term: AbstractTerm, y0: Y, args: Args) -> Flat:
+    """Flatten `y0` and wrap `term.vf` to act on flat vectors."""
+    y, unravel = ravel_pytree(y0)
+
+    def f(t, y_flat):
+        out, _ = ravel_pytree(term.vf(t, unravel(y_flat), args))
+        return out.astype(y.dtype)
+
+    return Flat(y, unravel, f)
+
+
+def unravel_rows(flat: Flat, rows: jax.Array) -> Y:
+    """Unflatten each row of `rows` (shape `(d, n)`) into a PyTree with a leading axis."""
+    return jax.vmap(flat.unravel)(rows)
+
+
+def jacobian(f: FlatField, t, y) -> jax.Array:
+    """`df/dy(t, y)` as an `(n, n)` matrix: `n` batched forward-mode products."""
+    basis = jnp.eye(y.shape[0], dtype=y.dtype)
+    columns = jax.vmap(lambda v: jax.jvp(lambda z: f(t, z), (y,), (v,))[1])(basis)
+    return columns.T
+
+
+def linearise(f: FlatField, t, y):
+    """`(f(t, y), df/dy, df/dt)` from one batch of `n + 1` forward-mode products.
+
+    The primal `f(t, y)` is not batched, so it is evaluated once.
+    """
+    n = y.shape[0]
+    dys = jnp.concatenate([jnp.eye(n, dtype=y.dtype), jnp.zeros((1, n), y.dtype)])
+    dts = jnp.zeros((n + 1,), jnp.result_type(t)).at[n].set(1)
+    f0, columns = jax.vmap(lambda dy, dt: jax.jvp(f, (t, y), (dt, dy)), out_axes=(None, 0))(
+        dys, dts
+    )
+    return f0, columns[:n].T, columns[n]
+
+
+def stop_gradients(tree):
+    """`lax.stop_gradient` on every floating array leaf; other leaves unchanged."""
+    return jax.tree.map(lambda x: jax.lax.stop_gradient(x) if eqx.is_inexact_array(x) else x, tree)
+
+
+SMALL = 16
+"""Up to this many unknowns, solves apply an explicit inverse (see the module docstring)."""
+
+
+class Factorisation(eqx.Module):
+    """A matrix prepared for repeated solves (not differentiated).
+
+    Attributes:
+        matrix: the inverse (`n <= SMALL`) or the packed LU factors.
+        pivots: the LU pivots, as floats of the matrix's dtype (so that the record can
+            pass where only floating outputs are allowed); `None` with an inverse.
+    """
+
+    matrix: jax.Array
+    pivots: jax.Array | None
+
+
+def factor(matrix: jax.Array) -> Factorisation:
+    """Prepare `matrix` for `solve` (LU with partial pivoting, or its inverse)."""
+    if matrix.shape[0] <= SMALL:
+        return Factorisation(jnp.linalg.inv(matrix), None)
+    lu, pivots = jsl.lu_factor(matrix)
+    return Factorisation(lu, pivots.astype(lu.dtype))
+
+
+def solve(fact: Factorisation, rhs: jax.Array, transpose: bool = False) -> jax.Array:
+    """Solve `matrix x = rhs` (or `matrix^T x = rhs`) with `fact = factor(matrix)`."""
+    if fact.pivots is None:
+        return (fact.matrix.T if transpose else fact.matrix) @ rhs
+    lu = (fact.matrix, fact.pivots.astype(jnp.int32))
+    return jsl.lu_solve(lu, rhs, trans=1 if transpose else 0)
+
+
+def inverse(matrix: jax.Array) -> Callable[[jax.Array], jax.Array]:
+    """`rhs -> matrix^-1 rhs`, differentiable in `matrix`; one factorisation for all calls.
+
+    Derivatives go through `matrix` by the implicit rule `d(A^-1 b) = A^-1 (db - dA
+    A^-1 b)` (`lax.custom_linear_solve`), reusing the factorisation (transposed in
+    reverse mode), not through the factorisation itself.
+    """
+    fact = factor(jax.lax.stop_gradient(matrix))
+
+    def apply(rhs):
+        return jax.lax.custom_linear_solve(
+            lambda x: matrix @ x, rhs, solve=lambda _, b: solve(fact, b),
+            transpose_solve=lambda _, b: solve(fact, b, transpose=True),
+        )  # fmt: skip
+
+    return apply
+
+
+def shifted(jac: jax.Array, scale) -> jax.Array:
+    """`I - scale * jac` (the Newton matrix of an implicit stage)."""
+    return jnp.eye(jac.shape[0], dtype=jac.dtype) - scale * jac
+
+
+def rms(x: jax.Array) -> jax.Array:
+    return jnp.sqrt(jnp.mean(jnp.square(x)))
+
+
+def combine(base: jax.Array, weights, vectors) -> jax.Array:
+    """`base + sum_j weights[j] * vectors[j]`, skipping weights that are exactly 0.
+
+    `weights` may mix Python floats and traced scalars.
+    """
+    out = base
+    for w, v in zip(weights, vectors, strict=False):
+        if isinstance(w, float | int) and w == 0:
+            continue
+        out = out + jnp.asarray(w, v.dtype) * v
+    return out

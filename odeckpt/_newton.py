@@ -1,0 +1,168 @@
+"""The implicit stage solve of ESDIRK methods: simplified Newton, differentiated implicitly.
+
+A stage solves `k = f(t, base + hg k)` for its slope `k`. The forward pass runs a
+simplified (chord) Newton iteration with the factorised matrix `I - hg J` of the
+step's Jacobian; when the iteration diverges or stalls, the Jacobian is refreshed at
+the stage's starting point and the iteration restarted once. Convergence is judged
+as in Hairer & Wanner (IV.8): with the contraction rate `theta_k = |dz_k| /
+|dz_(k-1)|`, the iteration stops once `eta_k |dz_k| <= 1` where `eta_k = theta_k /
+(1 - theta_k)` bounds the remaining error, `|.|` is the RMS norm scaled by `atol +
+rtol |z|`, and `eta_0` comes from the previous stage of the same step; or once an
+increment is below a tenth of the tolerance. It fails when `theta_k >= 1` or after
+`max_iters` iterations. `rtol` and `atol` are raised to `100 eps` (relative to the
+state's RMS for `atol`), so that float32 states can meet them.
+
+Derivatives (`jax.grad` and `jax.jvp`) do not go through the iterations:
+`lax.custom_root` applies the implicit function theorem at the converged slope, so
+the derivative of the stage is one dense solve with `I - hg df/dy(t, z)` (the exact
+Jacobian at the solution, formed by `n` forward-mode products), its transpose in
+reverse mode. The derivative is that of the exact stage solution; it differs from
+that of the computed one by the Newton tolerance.
+
+References:
+    E. Hairer & G. Wanner, *Solving Ordinary Differential Equations II*, IV.8
+    (simplified Newton iterations for implicit Runge–Kutta methods, stopping rule).
+"""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from . import _linalg as la
+
+
+class NewtonOptions(eqx.Module):
+    """Stopping rule of the stage iterations (see the module docstring)."""
+
+    rtol: float
+    atol: float
+    max_iters: int = eqx.field(static=True)
+
+
+class Stage(eqx.Module):
+    """The equation of one implicit stage: `k = f(t, base + hg k)`."""
+
+    t: jax.Array
+    base: jax.Array
+    hg: jax.Array  # h * gamma
+
+
+class StageResult(eqx.Module):
+    """A stage's slope and how its iteration went.
+
+    Attributes:
+        k: the slope (meaningless unless `converged`).
+        converged: whether the stopping rule was met within `max_iters` iterations.
+        eta: the last error-bound factor, to start the next stage's test.
+        lu: the factorisation in use at the end (refreshed if the first failed).
+        iterations: Newton iterations spent, restart included.
+    """
+
+    k: jax.Array
+    converged: jax.Array
+    eta: jax.Array
+    lu: la.Factorisation
+    iterations: jax.Array
+
+
+class _Iterate(eqx.Module):
+    k: jax.Array
+    prev: jax.Array  # |dz| of the previous iteration
+    eta: jax.Array
+    count: jax.Array
+    converged: jax.Array
+    failed: jax.Array
+
+
+def _chord(f, stage: Stage, guess, lu, eta0, options: NewtonOptions) -> _Iterate:
+    """Simplified Newton from `guess` with the fixed factorisation `lu`."""
+    dtype = guess.dtype
+    floor = 100 * jnp.finfo(dtype).eps  # below this, increments are rounding noise
+    rtol = jnp.maximum(jnp.asarray(options.rtol, dtype), floor)
+
+    def body(it: _Iterate) -> _Iterate:
+        z = stage.base + stage.hg * it.k
+        dk = la.solve(lu, f(stage.t, z) - it.k)
+        atol = jnp.maximum(jnp.asarray(options.atol, dtype), floor * la.rms(z))
+        size = la.rms(stage.hg * dk / (atol + rtol * jnp.abs(z)))
+        theta = size / jnp.where(it.prev > 0, it.prev, 1)
+        first = it.count == 0
+        eta = jnp.where(first, it.eta, theta / jnp.maximum(1 - theta, 1e-30))
+        # An increment a tenth of the tolerance ends the iteration whatever the rate:
+        # near rounding level the rate estimate is noise.
+        converged = (eta * size <= 1) | (size <= 0.1)
+        stalled = ~first & (theta >= 1) & ~converged
+        failed = ~jnp.isfinite(size) | stalled | ((it.count + 1 >= options.max_iters) & ~converged)
+        return _Iterate(it.k + dk, size, eta, it.count + 1, converged & ~failed, failed)
+
+    def cond(it: _Iterate):
+        return ~(it.converged | it.failed)
+
+    zero = jnp.zeros((), dtype)
+    start = _Iterate(guess, zero, jnp.asarray(eta0, dtype), jnp.asarray(0, jnp.int32),
+                     jnp.asarray(False), jnp.asarray(False))  # fmt: skip
+    return lax.while_loop(cond, body, start)
+
+
+def solve_stage(
+    f, stage: Stage, guess, lu: la.Factorisation, eta0, options: NewtonOptions
+) -> StageResult:
+    """Solve `k = f(t, base + hg k)` (forward: chord Newton; derivative: implicit).
+
+    Args:
+        f: the flat vector field `f(t, z)`.
+        stage: the stage's equation.
+        guess: the starting slope (the predictor); it does not affect derivatives.
+        lu: the factorisation of `I - hg J` for the step's Jacobian `J`.
+        eta0: the error-bound factor to judge the first iteration with.
+        options: tolerances and iteration limit.
+    """
+
+    def residual(k):
+        return k - f(stage.t, stage.base + stage.hg * k)
+
+    def solve(residual, k0):
+        del residual  # the iteration is written against `f` and `stage` directly
+        return _solve_with_restart(f, stage, k0, lu, eta0, options)
+
+    k, aux = lax.custom_root(residual, guess, solve, _dense_tangent_solve, has_aux=True)
+    converged, eta, lu_out, iterations = aux
+    return StageResult(k, converged > 0, eta, lu_out, iterations.astype(jnp.int32))
+
+
+def _solve_with_restart(f, stage: Stage, guess, lu, eta0, options: NewtonOptions):
+    """Chord Newton; on failure, refresh the Jacobian at the guess and restart once.
+
+    The restart sits in a `while_loop` rather than a `cond`, so that under `vmap` it
+    runs only when some batch member failed (a batched `cond` runs both branches).
+    """
+    first = _chord(f, stage, guess, lu, eta0, options)
+
+    def again(carry):
+        it, _, restarts = carry
+        return it.failed & (restarts < 1)
+
+    def restart(carry):
+        _, _, restarts = carry
+        jac = la.jacobian(f, stage.t, stage.base + stage.hg * guess)
+        fresh = la.factor(la.shifted(jac, stage.hg))
+        return _chord(f, stage, guess, fresh, jnp.ones_like(eta0), options), fresh, restarts + 1
+
+    it, lu_out, restarts = lax.while_loop(again, restart, (first, lu, jnp.asarray(0, jnp.int32)))
+    iterations = it.count + jnp.where(restarts > 0, first.count, 0)
+    # `custom_root` gives auxiliary outputs float tangents: pass them as floats.
+    as_float = lambda x: x.astype(guess.dtype)  # noqa: E731
+    return it.k, (as_float(it.converged), it.eta, lu_out, as_float(iterations))
+
+
+def _dense_tangent_solve(linear, rhs):
+    """Solve `linear(x) = rhs` by forming its matrix (`n` products) and one LU solve.
+
+    `linear` is the stage equation linearised at its solution, `I - hg df/dy(t, z)`.
+    The matrix depends only on the solution, so reverse mode transposes the solve
+    alone.
+    """
+    basis = jnp.eye(rhs.shape[0], dtype=rhs.dtype)
+    matrix = jax.vmap(linear)(basis).T
+    return jnp.linalg.solve(matrix, rhs)

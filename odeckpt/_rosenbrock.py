@@ -1,0 +1,172 @@
+"""Rosenbrock (linearly implicit) solvers for stiff problems: `Ros3P`, `Rodas5P`.
+
+A Rosenbrock step builds `W = I / (h gamma) - J` from the exact Jacobian `J =
+df/dy(t0, y0)`, factorises it once, and solves one linear system per stage: no Newton
+iteration, so no convergence test and no failure mode beyond a singular `W`, and the
+cost per step is fixed (one Jacobian, one LU, `s` evaluations of `f`, `s` triangular
+solves). The price: the method's order relies on `J` being exact (a wrong Jacobian
+silently lowers it), and on non-autonomous problems the step needs `df/dt` too.
+
+Reverse mode (`CheckpointAdjoint`) differentiates the step as it is computed:
+through the Jacobian (second derivatives of `f`, by forward-over-reverse) and the LU
+factorisation; `ForwardMode` works likewise. Both give the exact derivative of the
+numerical solution.
+
+References:
+    E. Hairer & G. Wanner, *Solving Ordinary Differential Equations II*, IV.7.
+    J. Lang & J. Verwer (2001), "ROS3P: an accurate third-order Rosenbrock solver
+    designed for parabolic problems", BIT 41(4).
+    G. Steinebach (2023), "Construction of Rosenbrock–Wanner method Rodas5P and
+    numerical benchmarks within the Julia Differential Equations package", BIT 63(2).
+"""
+
+from collections.abc import Callable
+from typing import ClassVar
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from . import _linalg as la, _stiff_tableaux as tab
+from ._interpolation import hermite_coeffs
+from ._solvers import AbstractSolver, StepOutput
+
+_JAC_MISMATCH = (
+    "The Jacobian given to the solver's `jac=...` disagrees with the derivative of "
+    "the vector field (checked along one direction at every step). Check `jac(t, y, "
+    "args)`: it must return df/dy as an (n, n) array over `ravel_pytree(y)`. Note that "
+    "a solve backwards in time (t1 < t0) runs in reversed time, where the Jacobian "
+    "changes sign: pass `jac=None` there."
+)
+
+
+class AbstractRosenbrock(AbstractSolver):
+    """A Rosenbrock method defined by its `tableau`.
+
+    Attributes:
+        jac: optional `jac(t, y, args) -> (n, n) array`, the Jacobian df/dy on the
+            flattened state (`jax.flatten_util.ravel_pytree(y)`; for a 1-D array `y`
+            the usual Jacobian). `None` (default): computed with `n + 1` batched
+            forward-mode products (`jax.jacfwd`), `df/dt` included. A given `jac` is
+            checked against one Jacobian-vector product per step and the solve
+            raises if they disagree; it must be valid for forward-in-time solves.
+    """
+
+    tableau: ClassVar[tab.RosenbrockTableau]
+    jac: Callable | None = None
+
+    @property
+    def order(self) -> int:
+        return self.tableau.order
+
+    @property
+    def error_order(self) -> int:
+        return self.tableau.order
+
+    @property
+    def evals_per_step(self) -> int:
+        """Evaluations of `f` per step (the Jacobian's products not counted), one more
+        for the Hermite dense output of methods without their own, when it is asked for."""
+        hermite = self.tableau.dense is None
+        return self.tableau.stages + hermite
+
+    def init(self, term, t0, y0, args):
+        """No state is carried between steps (`()`): a step needs `(t, y)` alone."""
+        return ()
+
+    def step(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
+        flat = la.flatten(term, y0, args)
+        f0, jac, dfdt = self._linearise(flat, t0, y0, args)
+        ks, y1 = _stages(self.tableau, flat, t0, dt, f0, jac, dfdt)
+        error = la.combine(jnp.zeros_like(flat.y), self.tableau.m_err, ks)
+        coeffs = self._dense(flat, t0, dt, f0, ks, y1) if dense else None
+        return StepOutput(flat.unravel(y1), flat.unravel(error), (), coeffs)
+
+    def _linearise(self, flat: la.Flat, t0, y0, args):
+        if self.jac is None:
+            return la.linearise(flat.f, t0, flat.y)
+        n = flat.y.shape[0]
+        jac = jnp.asarray(self.jac(t0, y0, args)).astype(flat.y.dtype)
+        if jac.shape != (n, n):
+            raise ValueError(
+                f"`jac(t, y, args)` must return an ({n}, {n}) array for a state of {n} "
+                f"elements; got shape {jac.shape}."
+            )
+        probe = 1 + 0.5 * jnp.sin(jnp.arange(1, n + 1, dtype=flat.y.dtype))
+        dys = jnp.stack([jnp.zeros_like(probe), probe])
+        dts = jnp.asarray([1, 0], jnp.result_type(t0))
+        f0, (dfdt, jv) = jax.vmap(
+            lambda dy, dt: jax.jvp(flat.f, (t0, flat.y), (dt, dy)), out_axes=(None, 0)
+        )(dys, dts)
+        given = jac @ probe
+        gap = la.rms(given - jv) > 1e-3 * (la.rms(given) + la.rms(jv)) + 1e-30
+        return f0, eqx.error_if(jac, gap, _JAC_MISMATCH), dfdt
+
+    def _dense(self, flat: la.Flat, t0, dt, f0, ks, y1):
+        """Dense-output coefficients `c_j` of `y0 + sum_j c_j theta^(j+1)`."""
+        if self.tableau.dense is None:
+            f1 = flat.f(t0 + dt, y1)
+            h = dt.astype(flat.y.dtype)
+            return la.unravel_rows(flat, hermite_coeffs(flat.y, y1, f0, f1, h))
+        zero = jnp.zeros_like(flat.y)
+        ds = [la.combine(zero, row, ks) for row in self.tableau.dense]
+        rows = [y1 - flat.y + ds[0]]
+        rows += [ds[r] - ds[r - 1] for r in range(1, len(ds))]
+        rows.append(-ds[-1])
+        return la.unravel_rows(flat, jnp.stack(rows))
+
+
+def _stages(tableau: tab.RosenbrockTableau, flat: la.Flat, t0, dt, f0, jac, dfdt):
+    """The stage increments `k_1..k_s` and `y1` (see `RosenbrockTableau`)."""
+    h = dt.astype(flat.y.dtype)
+    w_inverse = la.inverse(jnp.eye(jac.shape[0], dtype=jac.dtype) / (h * tableau.gamma) - jac)
+    ks = []
+    for i in range(tableau.stages):
+        if i == 0:
+            value = f0
+        else:
+            u = la.combine(flat.y, tableau.a[i], ks)
+            value = flat.f(t0 + tableau.c[i] * dt, u)
+        rhs = la.combine(value, [cij / h for cij in tableau.C[i]], ks)
+        if tableau.d[i] != 0:
+            rhs = rhs + (h * tableau.d[i]) * dfdt
+        ks.append(w_inverse(rhs))
+    return ks, la.combine(flat.y, tableau.m, ks)
+
+
+class Ros3P(AbstractRosenbrock):
+    """Lang & Verwer's ROS3P: Rosenbrock 3(2), 3 stages, A-stable.
+
+    Designed for parabolic PDEs (method of lines): it keeps order 3 on linear
+    parabolic problems where many Rosenbrock methods drop an order. Not for very
+    stiff ODEs: it is not L-stable (`R(inf) = 1 - sqrt(3)`), so stiff transients are
+    damped slowly, and on linear autonomous problems its error estimate is
+    identically zero (its first two stages coincide there), so on a stiff, nearly
+    linear problem the controller lets steps grow while the stiff components ring
+    (e.g. 7 steps but a 5% error in x' on x'' + 1000 x' + x = 0 at rtol 1e-6).
+    Prefer `Rodas5P`. Dense output: cubic Hermite (one extra evaluation of `f` per
+    step).
+
+    References:
+        J. Lang & J. Verwer (2001), "ROS3P: an accurate third-order Rosenbrock solver
+        designed for parabolic problems", BIT 41(4), 731–738.
+    """
+
+    tableau = tab.ROS3P
+
+
+class Rodas5P(AbstractRosenbrock):
+    """Steinebach's Rodas5P: Rosenbrock 5(4), 8 stages, stiffly accurate, L-stable.
+
+    The usual first choice for small-to-medium stiff systems at moderate-to-tight
+    tolerances (OrdinaryDiffEq.jl's default stiff method). Dense output of order 4
+    from the stages (no extra evaluations). Cost per step: one Jacobian (`n + 1`
+    forward-mode products), one LU factorisation, 8 evaluations of `f`.
+
+    References:
+        G. Steinebach (2023), "Construction of Rosenbrock–Wanner method Rodas5P and
+        numerical benchmarks within the Julia Differential Equations package",
+        BIT Numer. Math. 63(2):27.
+    """
+
+    tableau = tab.RODAS5P

@@ -1,0 +1,506 @@
+"""The stiff solvers: Rosenbrock (`Ros3P`, `Rodas5P`) and ESDIRK (`Kvaerno3`, `Kvaerno5`).
+
+Convergence orders, agreement with `scipy.integrate.solve_ivp(method="Radau",
+rtol=1e-12)` on Robertson and Van der Pol, step counts on a stiff damped oscillator,
+gradients against forward sensitivities, reverse-mode invariants (recomputation from
+checkpoints gives the stored-states gradient), the Newton iteration's failure path,
+and `vmap` / float32 / PyTree states.
+
+Compilation dominates the run time, so the default run exercises each feature on one
+solver of each family and the full solver matrix is marked `slow`.
+"""
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.integrate
+
+import odeckpt as oc
+from odeckpt import _linalg as la, _stiff_tableaux as tab
+from odeckpt._newton import NewtonOptions, Stage, solve_stage
+
+slow = pytest.mark.slow
+
+# `name -> (solver, classical order, observed order on Prothero–Robinson, lambda=-1e4)`.
+# The orders are hard-coded here, not read from the tableaux. The reduced orders are
+# measured in the regime h |lambda| = 80..1250: ESDIRK methods have stage order 2 and
+# Ros3P is not designed for it; Rodas5P satisfies extra conditions that keep order 3
+# there (rising towards 4-5 as h |lambda| falls).
+SOLVERS = {
+    "Ros3P": (oc.Ros3P(), 3, 2),
+    "Rodas5P": (oc.Rodas5P(), 5, 3),
+    "Kvaerno3": (oc.Kvaerno3(), 3, 2),
+    "Kvaerno5": (oc.Kvaerno5(), 5, 2),
+}
+FAST = {"Rodas5P", "Kvaerno5"}  # run by default; the others are `slow`
+
+
+def solver_params(fast=FAST):
+    return [pytest.param(name, id=name, marks=() if name in fast else (slow,)) for name in SOLVERS]
+
+
+# ----------------------------------------------------------------------------------
+# Problems
+
+
+def robertson(t, y, k):
+    """Robertson's chemical kinetics (Hairer & Wanner II, IV.1); `k` the rate constants."""
+    k1, k2, k3 = k[0], k[1], k[2]
+    return jnp.stack([
+        -k1 * y[0] + k3 * y[1] * y[2],
+        k1 * y[0] - k2 * y[1] ** 2 - k3 * y[1] * y[2],
+        k2 * y[1] ** 2,
+    ])  # fmt: skip
+
+
+ROBERTSON_K = np.array([0.04, 3e7, 1e4])
+ROBERTSON_Y0 = np.array([1.0, 0.0, 0.0])
+
+
+def van_der_pol(t, y, mu):
+    return jnp.stack([y[1], mu * (1 - y[0] ** 2) * y[1] - y[0]])
+
+
+def damped(t, y, c):
+    """x'' + c x' + x = 0: eigenvalues about -1/c and -c."""
+    return jnp.stack([y[1], -y[0] - c * y[1]])
+
+
+LINEAR_A = np.array([[-0.5, 1.0, 0.0], [-1.0, -0.5, 0.2], [0.1, 0.0, -1.5]])
+
+
+def manufactured(t):
+    """The exact solution of `linear_forced`."""
+    return jnp.stack([jnp.sin(t), jnp.cos(2 * t), jnp.exp(-t / 2)])
+
+
+def linear_forced(t, y, a):
+    """`y' = A y + g(t)`, with `g` chosen so that `y = manufactured(t)`.
+
+    The forcing makes the problem non-autonomous, so the method's full order shows (on
+    `y' = A y` alone Rodas5P's stability function matches `exp` to order 6).
+    """
+    return a @ y + jax.jacfwd(manufactured)(t) - a @ manufactured(t)
+
+
+def prothero_robinson(t, y, lam):
+    """`y' = lam (y - sin t) + cos t`, `y = sin t`: stiff for large `-lam`."""
+    return lam * (y - jnp.sin(t)) + jnp.cos(t)
+
+
+@functools.cache
+def radau(name: str, t1: float, ts: tuple[float, ...] | None = None) -> np.ndarray:
+    """`solve_ivp(Radau, rtol=1e-12)` of a problem here, at `t1` (or at `ts`)."""
+    field, y0, args = {
+        "robertson": (robertson, ROBERTSON_Y0, ROBERTSON_K),
+        "van_der_pol": (van_der_pol, np.array([2.0, 0.0]), 1000.0),
+    }[name]
+    f = jax.jit(lambda t, y: field(t, y, args))
+    jac = jax.jit(jax.jacfwd(lambda t, y: field(t, y, args), argnums=1))
+    sol = scipy.integrate.solve_ivp(
+        lambda t, y: np.asarray(f(t, y)), (0.0, t1), y0, method="Radau", rtol=1e-12,
+        atol=1e-20 if name == "robertson" else 1e-12, t_eval=ts or (t1,),
+        jac=lambda t, y: np.asarray(jac(t, y)),
+    )  # fmt: skip
+    assert sol.success, sol.message
+    return sol.y.T
+
+
+@functools.cache
+def robertson_sensitivities(t1: float) -> np.ndarray:
+    """`dy(t1)/dk` (3 x 3) from the forward-sensitivity ODE `S' = J S + df/dk`, Radau."""
+
+    def augmented(t, z):
+        y, s = z[:3], z[3:].reshape(3, 3)
+        k = jnp.asarray(ROBERTSON_K)
+        jy = jax.jacfwd(robertson, argnums=1)(t, y, k)
+        jk = jax.jacfwd(robertson, argnums=2)(t, y, k)
+        return jnp.concatenate([robertson(t, y, k), (jy @ s + jk).ravel()])
+
+    f, jac = jax.jit(augmented), jax.jit(jax.jacfwd(augmented, argnums=1))
+    sol = scipy.integrate.solve_ivp(
+        lambda t, z: np.asarray(f(t, z)), (0.0, t1), np.r_[ROBERTSON_Y0, np.zeros(9)],
+        method="Radau", rtol=1e-12, atol=1e-20, jac=lambda t, z: np.asarray(jac(t, z)),
+    )  # fmt: skip
+    assert sol.success, sol.message
+    return sol.y[3:, -1].reshape(3, 3)
+
+
+def pid(rtol, atol):
+    return oc.PIDController(rtol=rtol, atol=atol)
+
+
+def scaled_error(y, ref, rtol, atol):
+    """max |y - ref| / (atol + rtol |ref|): at most 1 means within the tolerance."""
+    y, ref = np.asarray(y), np.asarray(ref)
+    return float(np.max(np.abs(y - ref) / (atol + rtol * np.abs(ref))))
+
+
+def fitted_order(hs, errors) -> float:
+    return float(np.polyfit(np.log(np.asarray(hs)), np.log(np.asarray(errors)), 1)[0])
+
+
+# ----------------------------------------------------------------------------------
+# Tableaux (no JAX)
+
+ROSENBROCK_TABLEAUX = [tab.ROS3P, tab.RODAS5P]
+ESDIRK_TABLEAUX = [tab.KVAERNO3, tab.KVAERNO5]
+
+
+def _rosenbrock_untransformed(t: tab.RosenbrockTableau):
+    s = t.stages
+    gamma = np.linalg.inv(np.diag(np.full(s, 1 / t.gamma)) - tab._square(t.C, s))
+    return tab._square(t.a, s) @ gamma, gamma, np.asarray(t.m) @ gamma
+
+
+def _max_relative_defect(defects, order):
+    return max(abs(d) / max(1.0, s) for tree, d, s in defects if tab._size(tree) == order)
+
+
+@pytest.mark.parametrize("t", ROSENBROCK_TABLEAUX, ids=lambda t: t.name)
+def test_rosenbrock_order_is_exact(t):
+    """The order conditions hold up to the claimed order and fail at the next."""
+    alpha, gamma, b = _rosenbrock_untransformed(t)
+    defects = tab.order_defects(alpha, gamma, b, t.order + 1)
+    assert max(_max_relative_defect(defects, p) for p in range(1, t.order + 1)) < 1e-13
+    assert _max_relative_defect(defects, t.order + 1) > 1e-6
+
+
+@pytest.mark.parametrize("t", ESDIRK_TABLEAUX, ids=lambda t: t.name)
+def test_esdirk_order_is_exact(t):
+    zero = np.zeros((t.stages, t.stages))
+    defects = tab.order_defects(t.matrix, zero, t.b, t.order + 1)
+    assert max(_max_relative_defect(defects, p) for p in range(1, t.order + 1)) < 1e-13
+    assert _max_relative_defect(defects, t.order + 1) > 1e-6
+
+
+def test_rodas5p_dense_output_is_order_4():
+    alpha, gamma, _ = _rosenbrock_untransformed(tab.RODAS5P)
+    rows, m = np.asarray(tab.RODAS5P.dense), np.asarray(tab.RODAS5P.m)
+    poly = sum(0.3**r * rows[r] for r in range(3))
+    weights = (0.3 * m + 0.3 * 0.7 * poly) @ gamma
+    defects = tab.order_defects(alpha, gamma, weights, 5, theta=0.3)
+    assert max(_max_relative_defect(defects, p) for p in range(1, 5)) < 1e-13
+    assert _max_relative_defect(defects, 5) > 1e-6
+
+
+def test_a_wrong_digit_is_caught():
+    C = list(tab.RODAS5P.C)
+    C[4] = (C[4][0] * (1 + 1e-9), *C[4][1:])
+    with pytest.raises(ValueError, match="RODAS5P: c != row sums of alpha"):
+        dataclasses.replace(tab.RODAS5P, C=tuple(C))
+    with pytest.raises(ValueError, match="KVAERNO5: the solution violates the order-6"):
+        dataclasses.replace(tab.KVAERNO5, order=6)
+    with pytest.raises(ValueError, match="no error estimate"):
+        dataclasses.replace(tab.ROS3P, m_hat=tab.ROS3P.m)
+
+
+def test_ros3p_estimate_is_blind_on_linear_autonomous_problems():
+    """Documented limitation: on `y' = lambda y`, stages 1 and 2 of ROS3P coincide and
+    its error estimate is zero, whatever `h lambda` (any 2nd-order embedding is)."""
+    alpha, gamma, _ = _rosenbrock_untransformed(tab.ROS3P)
+    err = np.asarray(tab.ROS3P.m_err) @ gamma
+    for z in (-0.1, -10.0, -1e4):
+        stages = np.linalg.solve(np.eye(3) - z * (alpha + gamma), z * np.ones(3))
+        assert abs(err @ stages) < 1e-13
+
+
+# ----------------------------------------------------------------------------------
+# Convergence orders (constant steps; one compilation per solver: dt0 is vmapped)
+
+
+def _final_values(field, solver, y0, args, t1, num_steps):
+    """`y(t1)` with each of `num_steps` equal steps, in one `vmap`ped solve."""
+
+    def solve(dt0):
+        sol = oc.diffeqsolve(field, solver, 0.0, t1, dt0, jnp.asarray(y0), args,
+                             max_steps=max(num_steps) + 1)  # fmt: skip
+        return sol.ys[0]
+
+    return jax.jit(jax.vmap(solve))(t1 / jnp.asarray(num_steps, float))
+
+
+@pytest.mark.parametrize("name", solver_params())
+def test_order_on_linear_problem(name):
+    solver, order, _ = SOLVERS[name]
+    num_steps = [16, 23, 32, 45, 64, 90]
+    ys = _final_values(linear_forced, solver, manufactured(0.0), LINEAR_A, 2.0, num_steps)
+    errors = np.max(np.abs(np.asarray(ys) - np.asarray(manufactured(2.0))), axis=1)
+    assert abs(fitted_order(2.0 / np.asarray(num_steps), errors) - order) < 0.3
+
+
+@pytest.mark.parametrize("name", solver_params(fast={"Rodas5P"}))
+def test_order_on_prothero_robinson(name):
+    """Stiffness 1e4 with h |lambda| = 220..1250: the observed (reduced) orders of the
+    table above, and errors far below the non-stiff error constant's."""
+    solver, _, reduced = SOLVERS[name]
+    num_steps = [8, 11, 16, 23, 32, 45]
+    ys = _final_values(prothero_robinson, solver, [0.0], -1e4, 1.0, num_steps)
+    errors = np.abs(np.asarray(ys)[:, 0] - np.sin(1.0))
+    assert abs(fitted_order(1.0 / np.asarray(num_steps), errors) - reduced) < 0.3
+    assert np.max(errors) < 1e-6
+
+
+# ----------------------------------------------------------------------------------
+# Stiff problems against scipy's Radau at rtol=1e-12
+
+# How many times the requested tolerance the *global* error may reach (the controller
+# bounds local errors). Rodas5P stays within it; the others' error estimates are less
+# conservative on these problems (measured: Kvaerno5 2.8x, Ros3P 1.6x on Robertson).
+GLOBAL_FACTOR = {"Rodas5P": 1.0, "Kvaerno5": 10.0, "Kvaerno3": 10.0, "Ros3P": 10.0}
+
+
+@pytest.mark.parametrize("name", solver_params(fast={"Rodas5P"}))
+def test_robertson_matches_radau(name):
+    solver, rtol, atol = SOLVERS[name][0], 1e-6, 1e-10
+    sol = oc.diffeqsolve(
+        robertson, solver, 0.0, 1e5, None, jnp.asarray(ROBERTSON_Y0),
+        jnp.asarray(ROBERTSON_K), stepsize_controller=pid(rtol, atol), max_steps=4096,
+    )  # fmt: skip
+    error = scaled_error(sol.ys[0], radau("robertson", 1e5)[0], rtol, atol)
+    assert error <= GLOBAL_FACTOR[name]
+
+
+# Ros3P is left out: its error estimate cannot see the (locally linear) stiff decay
+# onto the slow manifold, and its y' is off by orders of magnitude (documented).
+@pytest.mark.parametrize("name", [p for p in solver_params(fast=()) if p.id != "Ros3P"])
+def test_van_der_pol_matches_radau(name):
+    solver, tol = SOLVERS[name][0], 1e-6
+    sol = oc.diffeqsolve(
+        van_der_pol, solver, 0.0, 3000.0, None, jnp.array([2.0, 0.0]), 1000.0,
+        stepsize_controller=pid(tol, tol), max_steps=16384,
+    )  # fmt: skip
+    assert scaled_error(sol.ys[0], radau("van_der_pol", 3000.0)[0], tol, tol) <= GLOBAL_FACTOR[name]
+
+
+@slow
+def test_rodas5p_dense_output_matches_radau():
+    ts = (500.0, 1000.0, 1500.0, 2000.0, 2500.0, 3000.0)
+    sol = oc.diffeqsolve(
+        van_der_pol, oc.Rodas5P(), 0.0, 3000.0, None, jnp.array([2.0, 0.0]), 1000.0,
+        saveat=oc.SaveAt(ts=jnp.asarray(ts)), stepsize_controller=pid(1e-6, 1e-6),
+        max_steps=4096,
+    )  # fmt: skip
+    assert scaled_error(sol.ys, radau("van_der_pol", 3000.0, ts), 1e-6, 1e-6) <= 1.0
+
+
+@pytest.mark.parametrize("name", solver_params())
+def test_damped_oscillator_takes_few_steps(name):
+    """Damping 1000 over [0, 10] at rtol 1e-6: Tsit5 needs ~3,600 steps (stability)."""
+    solver, rtol, atol = SOLVERS[name][0], 1e-6, 1e-8
+    y0 = jnp.array([1.0, 0.0])
+    sol = oc.diffeqsolve(damped, solver, 0.0, 10.0, None, y0, 1000.0,
+                         stepsize_controller=pid(rtol, atol), max_steps=1000)  # fmt: skip
+    assert int(sol.stats["num_steps"]) < 100
+    exact = jax.scipy.linalg.expm(10.0 * jnp.array([[0.0, 1.0], [-1.0, -1000.0]])) @ y0
+    if name != "Ros3P":  # blind on linear problems: see the tableau test above
+        assert scaled_error(sol.ys[0], exact, rtol, atol) <= 1.0
+
+
+# ----------------------------------------------------------------------------------
+# Gradients
+
+# dy(1e5)/dk for Robertson from `robertson_sensitivities(1e5)` (Radau, rtol=1e-12 on
+# the forward-sensitivity system; ~3 minutes, so stored here and re-derived by the
+# slow test below).
+ROBERTSON_DY_DK = np.array([
+    [-7.9304712811783529e-01, -5.2818033621672330e-10, 3.1690758341094948e-06],
+    [-1.4688907582348329e-06, -2.1898424104324122e-15, 5.8642768195699348e-12],
+    [7.9304859700856678e-01, 5.2818252605916818e-10, -3.1690816983861540e-06],
+])  # fmt: skip
+ROBERTSON_WEIGHTS = np.array([1.0, 1e4, 1.0])  # so that every component counts
+
+
+@slow
+def test_stored_sensitivities_are_reproduced():
+    np.testing.assert_allclose(robertson_sensitivities(1e5), ROBERTSON_DY_DK, rtol=1e-9)
+
+
+@pytest.mark.parametrize("name", solver_params(fast={"Rodas5P"}))
+def test_robertson_gradient_matches_forward_sensitivities(name):
+    """d(w . y(1e5))/dk through `CheckpointAdjoint`, within 10x the solve's rtol."""
+    solver, rtol, atol = SOLVERS[name][0], 1e-6, 1e-10
+
+    def loss(k):
+        sol = oc.diffeqsolve(robertson, solver, 0.0, 1e5, None, jnp.asarray(ROBERTSON_Y0),
+                             k, stepsize_controller=pid(rtol, atol), max_steps=4096)  # fmt: skip
+        return sol.ys[0] @ jnp.asarray(ROBERTSON_WEIGHTS)
+
+    grad = np.asarray(jax.jit(jax.grad(loss))(jnp.asarray(ROBERTSON_K)))
+    expected = ROBERTSON_WEIGHTS @ ROBERTSON_DY_DK
+    np.testing.assert_array_less(np.abs(grad - expected), 10 * rtol * np.abs(expected))
+
+
+def _vdp_loss(solver, adjoint):
+    def loss(mu):
+        sol = oc.diffeqsolve(van_der_pol, solver, 0.0, 1.0, None, jnp.array([2.0, 0.0]), mu,
+                             stepsize_controller=pid(1e-6, 1e-8), max_steps=256,
+                             adjoint=adjoint)  # fmt: skip
+        return jnp.sum(sol.ys**2)
+
+    return loss
+
+
+@pytest.mark.parametrize("name", solver_params(fast={"Kvaerno5"}))
+def test_recomputing_from_checkpoints_gives_the_stored_gradient(name):
+    """A step replayed from a checkpoint (solver state rebuilt by `init`) repeats the
+    forward step exactly: no Jacobian is carried between steps."""
+    solver = SOLVERS[name][0]
+    mu = jnp.asarray(50.0)
+    stored = jax.jit(jax.grad(_vdp_loss(solver, oc.CheckpointAdjoint(checkpoints=None))))(mu)
+    replayed = jax.jit(jax.grad(_vdp_loss(solver, oc.CheckpointAdjoint(checkpoints=3))))(mu)
+    assert abs(stored - replayed) <= 1e-10 * abs(stored)
+
+
+@pytest.mark.parametrize("name", solver_params(fast={"Kvaerno3"}))
+def test_forward_mode_matches_reverse_mode(name):
+    solver, mu = SOLVERS[name][0], jnp.asarray(50.0)
+    reverse = jax.jit(jax.grad(_vdp_loss(solver, oc.CheckpointAdjoint())))(mu)
+    forward = jax.jit(jax.jacfwd(_vdp_loss(solver, oc.ForwardMode())))(mu)
+    assert abs(forward - reverse) <= 1e-10 * abs(reverse)
+
+
+@slow
+@pytest.mark.parametrize("adjoint", ["backsolve", "interpolating"])
+@pytest.mark.parametrize("name", ["Rodas5P", "Kvaerno5"])
+def test_continuous_adjoints_with_an_explicit_adjoint_solver(name, adjoint):
+    """The continuous adjoints integrate the adjoint ODE with an explicit method."""
+    solver, mu = SOLVERS[name][0], jnp.asarray(5.0)
+    cls = {"backsolve": oc.BacksolveAdjoint, "interpolating": oc.InterpolatingAdjoint}[adjoint]
+    reference = jax.grad(_vdp_loss(solver, oc.CheckpointAdjoint()))(mu)
+    continuous = jax.grad(_vdp_loss(solver, cls(solver=oc.Tsit5())))(mu)
+    assert abs(continuous - reference) <= 1e-4 * abs(reference)
+
+
+# ----------------------------------------------------------------------------------
+# The Newton iteration
+
+
+def _cubic_stage(p, hg=0.1, base=1.0):
+    """`k = f(base + hg k)` with `f(z) = -p z^3`, solved from a poor guess."""
+    f = lambda t, z: -p * z**3  # noqa: E731
+    stage = Stage(jnp.asarray(0.0), jnp.array([base]), jnp.asarray(hg))
+    jac = jax.jacfwd(lambda z: f(0.0, z))(stage.base)
+    lu = la.factor(jnp.eye(1) - hg * jac)
+    options = NewtonOptions(1e-12, 1e-12, 50)
+    return solve_stage(f, stage, jnp.zeros(1), lu, jnp.asarray(1.0), options)
+
+
+def test_stage_derivative_is_the_implicit_function_theorem():
+    """`jax.grad` succeeds although the iteration is a `while_loop` (which reverse mode
+    cannot differentiate): the derivative comes from the converged stage alone."""
+    p, hg = 2.0, 0.1
+    result = _cubic_stage(p)
+    assert bool(result.converged)
+    z = 1.0 + hg * result.k[0]
+    # k = -p z^3, z = 1 + hg k  =>  dk/dp = -z^3 / (1 + 3 p hg z^2).
+    expected = -(z**3) / (1 + 3 * p * hg * z**2)
+    assert jnp.allclose(jax.grad(lambda p: _cubic_stage(p).k[0])(p), expected, rtol=1e-12)
+    assert jnp.allclose(jax.jacfwd(lambda p: _cubic_stage(p).k[0])(p), expected, rtol=1e-12)
+
+
+def test_failed_iteration_restarts_with_a_fresh_jacobian():
+    """A factorisation of the wrong matrix diverges; the restart with the Jacobian at
+    the stage converges."""
+    f = lambda t, z: -1e3 * z  # noqa: E731
+    stage = Stage(jnp.asarray(0.0), jnp.array([1.0, 2.0]), jnp.asarray(0.1))
+    wrong = la.factor(jnp.eye(2))  # as if J = 0
+    result = solve_stage(f, stage, jnp.zeros(2), wrong, jnp.asarray(1.0),
+                         NewtonOptions(1e-10, 1e-12, 10))  # fmt: skip
+    assert bool(result.converged)
+    np.testing.assert_allclose(result.k, -1e3 * stage.base / (1 + 1e2), rtol=1e-10)
+    assert not np.allclose(result.lu.matrix, wrong.matrix)
+
+
+def test_newton_failure_rejects_the_step():
+    """Two iterations per stage are too few for a step of 0.5 on Van der Pol (mu=1000):
+    adaptive steps shrink until Newton converges; constant steps end the solve."""
+    solver, y0 = oc.Kvaerno5(max_iters=2), jnp.array([2.0, 0.0])
+    adaptive = oc.diffeqsolve(van_der_pol, solver, 0.0, 1.0, 0.5, y0, 1000.0,
+                              stepsize_controller=pid(1e-6, 1e-6), max_steps=256)  # fmt: skip
+    assert int(adaptive.stats["num_rejected_steps"]) >= 1
+    assert int(adaptive.result) == oc.RESULTS.successful
+    constant = oc.diffeqsolve(van_der_pol, solver, 0.0, 1.0, 0.5, y0, 1000.0,
+                              max_steps=256, throw=False)  # fmt: skip
+    assert int(constant.result) == oc.RESULTS.nonfinite_state
+
+
+def test_esdirk_options_are_validated():
+    with pytest.raises(
+        ValueError,
+        match=r"`Kvaerno5\(rtol, atol, max_iters\)` need positive values; got .* max_iters=0",
+    ):
+        oc.Kvaerno5(max_iters=0)
+
+
+# ----------------------------------------------------------------------------------
+# vmap, float32, PyTree states, user Jacobians
+
+
+def _robertson_final(solver, k, y0=ROBERTSON_Y0, rtol=1e-6, atol=1e-10, t1=40.0):
+    sol = oc.diffeqsolve(robertson, solver, 0.0, t1, None, jnp.asarray(y0), k,
+                         stepsize_controller=pid(rtol, atol), max_steps=1024)  # fmt: skip
+    return sol.ys[0]
+
+
+@pytest.mark.parametrize("name", solver_params(fast={"Rodas5P"}))
+def test_vmap_matches_separate_solves(name):
+    solver = SOLVERS[name][0]
+    ks = jnp.asarray(ROBERTSON_K)[None] * jnp.array([[1.0, 1, 1], [2.0, 1, 1], [1.0, 0.5, 3]])
+    batched = jax.jit(jax.vmap(lambda k: _robertson_final(solver, k)))(ks)
+    single = jax.jit(lambda k: _robertson_final(solver, k))
+    for i in range(ks.shape[0]):
+        np.testing.assert_allclose(batched[i], single(ks[i]), rtol=1e-10, atol=1e-16)
+
+
+@pytest.mark.parametrize("name", solver_params(fast={"Kvaerno5"}))
+def test_float32(name):
+    solver, rtol, atol = SOLVERS[name][0], 1e-4, 1e-8
+    y = _robertson_final(solver, jnp.asarray(ROBERTSON_K, jnp.float32),
+                         np.float32(ROBERTSON_Y0), rtol, atol)  # fmt: skip
+    assert y.dtype == jnp.float32
+    expected = _robertson_final(oc.Rodas5P(), jnp.asarray(ROBERTSON_K), rtol=1e-10, atol=1e-14)
+    assert scaled_error(y, expected, rtol, atol) <= 10.0
+
+
+def robertson_tree(t, y, k):
+    """Robertson on a PyTree state `{"a": x0, "bc": (x1, x2)}`."""
+    flat = robertson(t, jnp.stack([y["a"], y["bc"][0], y["bc"][1]]), k)
+    return {"a": flat[0], "bc": (flat[1], flat[2])}
+
+
+@pytest.mark.parametrize("name", solver_params(fast={"Ros3P", "Kvaerno3"}))
+def test_pytree_state_matches_flat_state(name):
+    solver, k = SOLVERS[name][0], jnp.asarray(ROBERTSON_K)
+    y0 = {"a": jnp.asarray(1.0), "bc": (jnp.asarray(0.0), jnp.asarray(0.0))}
+    sol = oc.diffeqsolve(robertson_tree, solver, 0.0, 40.0, None, y0, k,
+                         stepsize_controller=pid(1e-6, 1e-10), max_steps=1024)  # fmt: skip
+    tree = jnp.stack([sol.ys["a"][0], sol.ys["bc"][0][0], sol.ys["bc"][1][0]])
+    np.testing.assert_allclose(tree, _robertson_final(solver, k), rtol=1e-12, atol=1e-18)
+
+
+def robertson_jacobian(t, y, k):
+    k1, k2, k3 = k[0], k[1], k[2]
+    return jnp.array([
+        [-k1, k3 * y[2], k3 * y[1]],
+        [k1, -2 * k2 * y[1] - k3 * y[2], -k3 * y[1]],
+        [0.0, 2 * k2 * y[1], 0.0],
+    ])  # fmt: skip
+
+
+def test_user_jacobian_gives_the_autodiff_solution():
+    k = jnp.asarray(ROBERTSON_K)
+    given = _robertson_final(oc.Ros3P(jac=robertson_jacobian), k)
+    np.testing.assert_allclose(given, _robertson_final(oc.Ros3P(), k), rtol=1e-10, atol=1e-18)
+
+
+def test_wrong_user_jacobian_raises():
+    wrong = lambda t, y, k: -robertson_jacobian(t, y, k)  # noqa: E731
+    with pytest.raises(Exception, match="disagrees with the derivative of the vector field"):
+        _robertson_final(oc.Ros3P(jac=wrong), jnp.asarray(ROBERTSON_K))
+    with pytest.raises(ValueError, match=r"must return an \(3, 3\) array"):
+        _robertson_final(oc.Ros3P(jac=lambda t, y, k: jnp.eye(2)), jnp.asarray(ROBERTSON_K))
