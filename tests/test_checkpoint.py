@@ -27,8 +27,10 @@ def _loss(adjoint, saveat, vf=_linear, args=A, controller=None, dt0=0.05, t1=3.0
     controller = controller or oc.PIDController(rtol=1e-7, atol=1e-9)
 
     def loss(y0, args):
-        sol = oc.diffeqsolve(vf, oc.Tsit5(), 0.0, t1, dt0, y0, args=args, saveat=saveat,
-                             stepsize_controller=controller, adjoint=adjoint, max_steps=256)  # fmt: skip
+        sol = oc.diffeqsolve(
+            vf, oc.Tsit5(), 0.0, t1, dt0, y0, args=args, saveat=saveat,
+            stepsize_controller=controller, adjoint=adjoint, max_steps=256,
+        )  # fmt: skip
         weights = jnp.arange(1, sol.ys.shape[0] + 1, dtype=float)[:, None]
         return jnp.sum(jnp.where(jnp.isfinite(sol.ys), sol.ys, 0.0) ** 2 * weights)
 
@@ -103,8 +105,9 @@ def test_equinox_module_parameters_get_gradients():
     field = _Field(eqx.nn.Linear(2, 2, key=jax.random.key(0)))
 
     def loss(field, c):
+        controller = oc.PIDController(rtol=1e-8, atol=1e-8)
         sol = oc.diffeqsolve(field, oc.Tsit5(), 0.0, 2.0, 0.1, Y0, adjoint=oc.CheckpointAdjoint(c),
-                             stepsize_controller=oc.PIDController(rtol=1e-8, atol=1e-8))  # fmt: skip
+                             stepsize_controller=controller)  # fmt: skip
         return jnp.sum(sol.ys)
 
     stored = eqx.filter_grad(lambda f: loss(f, None))(field)
@@ -130,8 +133,9 @@ def test_rejected_steps_never_put_nan_in_gradients():
         return a * jnp.sqrt(1.0 - y)
 
     def loss(a):
+        controller = oc.PIDController(rtol=1e-8, atol=1e-8)
         sol = oc.diffeqsolve(vf, oc.Tsit5(), 0.0, 1.9, 1.0, jnp.array(0.0), args=a,
-                             stepsize_controller=oc.PIDController(rtol=1e-8, atol=1e-8))  # fmt: skip
+                             stepsize_controller=controller)  # fmt: skip
         return sol.ys[0]
 
     sol = oc.diffeqsolve(vf, oc.Tsit5(), 0.0, 1.9, 1.0, jnp.array(0.0), args=1.0,

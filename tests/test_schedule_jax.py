@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-from odeckpt import _schedule_jax as J
-from odeckpt import schedules as S
+from odeckpt import _schedule_jax as J, schedules as S
 
 
 def test_revolve_split_matches_reference_vmapped():
@@ -121,8 +120,8 @@ def test_table_split_equals_the_reference(c, max_length):
     table = jnp.asarray(J.beta_table(c, max_length))
     lengths = np.arange(2, max_length + 1)
     for s in sorted({2, 3, c}):
-        got = jax.jit(jax.vmap(lambda l, s=s: J.revolve_split_from_table(l, s, table)))(
+        got = jax.jit(jax.vmap(lambda n, s=s: J.revolve_split_from_table(n, s, table)))(
             jnp.asarray(lengths)
         )
-        expected = [S.revolve_split(int(l), s) for l in lengths]
+        expected = [S.revolve_split(int(n), s) for n in lengths]
         np.testing.assert_array_equal(np.asarray(got), expected)

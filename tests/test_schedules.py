@@ -8,8 +8,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from odeckpt import schedules as S
 from odeckpt.schedules import Advance, Free, Restore, Reverse, Store
