@@ -34,6 +34,7 @@ REGISTRY = {
     "memory": "bench_memory",
     "damped": "bench_damped",
     "neural_ode": "bench_neural_ode",
+    "stiff": "bench_stiff",
 }
 
 _BLOCK = re.compile(r"<!-- section:(\w+) -->\n.*?<!-- /section:\1 -->\n", re.S)
