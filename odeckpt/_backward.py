@@ -27,7 +27,7 @@ from ._tape import Tape, TapePlan, taped_loop
 DEFAULT_TOLERANCE = 1e-3
 """rtol = atol of `BacksolveAdjoint`'s anchor check when the forward solve has none."""
 
-STIFF_FRACTION = 0.75
+STIFF_FRACTION = 0.9
 """On the forward grid, a step with `h rho` beyond this fraction of the method's
 stability limit on the negative real axis is taken in halves (see `_sweep._too_stiff`):
 the forward pass's steps on a stiff problem sit at about the limit (3.5 for Tsit5),

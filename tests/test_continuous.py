@@ -99,9 +99,18 @@ def test_linear_closed_form(adjoint):
 @pytest.mark.parametrize("adjoint", ADJOINTS.values(), ids=ADJOINTS.keys())
 def test_damped_closed_form(adjoint):
     """A stiff oscillator: y is anchored (backsolve) or interpolated, never trusted
-    backwards over more than one step."""
+    backwards over more than one step; the forward grid's stiff steps are halved where
+    an output's cotangent excites the adjoint's fast mode."""
     a, y0 = oscillator(damping=100.0)
     got = linear_gradient(a, y0, adjoint)
+    assert relative_error(got, closed_form_gradient(a, y0)) <= 1e-5
+
+
+def test_stiff_steps_of_the_forward_grid_are_split():
+    """On the diagonal decay the forward steps sit at Tsit5's stability limit for the
+    rate-1000 mode; taken whole, they leave ~1e-4 of error after each output's jump."""
+    a, y0 = diagonal_decay()
+    got = linear_gradient(a, y0, oc.InterpolatingAdjoint())
     assert relative_error(got, closed_form_gradient(a, y0)) <= 1e-5
 
 
@@ -333,21 +342,11 @@ def test_interpolating_adaptive_on_damped_cases(case):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", [c for c in CASES if c != "diagonal"])
+@pytest.mark.parametrize("case", CASES.keys())
 def test_interpolating_forward_grid_on_damped_cases(case):
     a, y0 = CASES[case]
     got = linear_gradient(a, y0, oc.InterpolatingAdjoint())
     assert relative_error(got, closed_form_gradient(a, y0)) <= 1e-5
-
-
-@pytest.mark.slow
-def test_forward_grid_under_resolves_stiff_adjoint_transients():
-    """Known limit (docs/adjoints.md): on the forward grid, at h*lambda ~ -3.3, the
-    adjoint's fast modes excited by each output's cotangent are not resolved: about
-    1e-4 on the diagonal decay, against 3e-7 for the adaptive backward pass."""
-    a, y0 = diagonal_decay()
-    got = linear_gradient(a, y0, oc.InterpolatingAdjoint())
-    assert relative_error(got, closed_form_gradient(a, y0)) <= 2e-4
 
 
 @pytest.mark.slow
