@@ -85,6 +85,10 @@ class AbstractContinuousAdjoint(AbstractAdjoint):
     def diverged(self, sw: Sweep) -> jax.Array:
         return jnp.asarray(False)
 
+    def give_up_above(self) -> float:
+        """The anchor distance at which the backward sweep stops early."""
+        return math.inf
+
     def loop(self, integrator, problem, state0, max_steps):
         name = type(self).__name__
         if max_steps is None:
@@ -127,9 +131,9 @@ class BacksolveAdjoint(AbstractContinuousAdjoint):
 
     Integrating a damped system backwards is unstable (a mode decaying at rate
     1000 grows by e^1000 per time unit backwards). At every anchor the backward `y`
-    is measured against the forward one,
-    `max_i |y_back - y|_i / (atol + rtol |y|_i)` with the forward controller's
-    `rtol, atol`. Above `divergence_tol` the gradient is not returned: with
+    is measured against the forward one, `max |y_back - y| / (atol + rtol max |y|)`
+    per leaf of `y`, with the forward controller's `rtol, atol` (`1e-3` each if it
+    has none). Above `divergence_tol` the gradient is not returned: with
     `throw=True` the backward pass raises `RESULTS.backsolve_diverged`'s message
     (which names `InterpolatingAdjoint` and `CheckpointAdjoint`); with `throw=False`
     every gradient of the solve is NaN. (The check runs in the backward pass, after
@@ -140,13 +144,18 @@ class BacksolveAdjoint(AbstractContinuousAdjoint):
         solver: Runge–Kutta method for the adjoint ODE; `None`: the forward solver.
         stepsize_controller: `None` (default) steps exactly across the forward
             pass's accepted step times (split at saved outputs): the backward pass
-            costs what the forward pass did, whatever the cotangent's size.
-            An adaptive controller (e.g. `PIDController(rtol, atol)`) chooses its own
-            steps instead, bounded by the solve's `max_steps`.
-        checkpoints: forward states kept as anchors (`y` only). `None`:
-            `ceil(sqrt(max_steps))`.
+            costs what the forward pass did, whatever the cotangent's size; a step
+            at the method's stability limit (stiff problems), where the adjoint's
+            fast modes carry an output's cotangent, is taken in halves. An adaptive
+            controller (e.g. `PIDController(rtol, atol)`) chooses its own steps
+            instead, bounded by the solve's `max_steps`.
+        checkpoints: forward states kept as anchors (`y` only). `None`: one per
+            accepted step if `max_steps` copies of `y` fit in `memory_budget`,
+            otherwise as many as fit.
+        memory_budget: bytes for anchors when `checkpoints=None` (default 128 MiB;
+            per batch element under `jax.vmap`).
         seminorm: with an adaptive controller, leave `g` out of the error norm
-            (Kidger et al. 2021); it only ever adds work.
+            (Kidger et al. 2021); controlling `g`'s error only ever adds steps.
         divergence_tol: anchor distance beyond which the reconstruction has left the
             forward solution (default 100: a `y` that far off perturbs the gradient by
             about 100 `rtol`, relatively).
@@ -154,7 +163,8 @@ class BacksolveAdjoint(AbstractContinuousAdjoint):
 
     Cost: one adjoint step (a VJP of the vector field per stage) per forward
     accepted step and per saved output, plus one evaluation per output and anchor.
-    Memory: `max_steps + 1` step times and `checkpoints` copies of `y`.
+    Memory: `max_steps + 1` step times and `checkpoints` copies of `y`; the adjoint
+    state `(y, a)` and `g` in the backward pass.
     Works with `jax.grad`/`jax.vjp` and `jax.vmap`; not `jax.jvp` (use `ForwardMode`).
 
     References:
@@ -186,6 +196,9 @@ class BacksolveAdjoint(AbstractContinuousAdjoint):
 
     def diverged(self, sw: Sweep) -> jax.Array:
         return ~(sw.worst <= self.divergence_tol)
+
+    def give_up_above(self) -> float:
+        return float(self.divergence_tol)
 
     def tape_plan(self, integrator, problem, state0, max_steps):
         c = self.checkpoints

@@ -157,7 +157,7 @@ def _solve_with_restart(f, stage: Stage, guess, lu, eta0, options: NewtonOptions
 
 
 def _dense_tangent_solve(linear, rhs):
-    """Solve `linear(x) = rhs` by forming its matrix (`n` products) and one LU solve.
+    """Solve `linear(x) = rhs` by forming its matrix (`n` products) and factorising it.
 
     `linear` is the stage equation linearised at its solution, `I - hg df/dy(t, z)`.
     The matrix depends only on the solution, so reverse mode transposes the solve
@@ -165,4 +165,4 @@ def _dense_tangent_solve(linear, rhs):
     """
     basis = jnp.eye(rhs.shape[0], dtype=rhs.dtype)
     matrix = jax.vmap(linear)(basis).T
-    return jnp.linalg.solve(matrix, rhs)
+    return la.solve(la.factor(matrix), rhs)

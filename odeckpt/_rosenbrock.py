@@ -3,13 +3,15 @@
 A Rosenbrock step builds `W = I / (h gamma) - J` from the exact Jacobian `J =
 df/dy(t0, y0)`, factorises it once, and solves one linear system per stage: no Newton
 iteration, so no convergence test and no failure mode beyond a singular `W`, and the
-cost per step is fixed (one Jacobian, one LU, `s` evaluations of `f`, `s` triangular
-solves). The price: the method's order relies on `J` being exact (a wrong Jacobian
-silently lowers it), and on non-autonomous problems the step needs `df/dt` too.
+cost per step is fixed (one Jacobian, one factorisation, `s` evaluations of `f`, `s`
+solves; see `odeckpt._linalg`). The price: the method's order relies on `J` being
+exact (a wrong Jacobian silently lowers it), and on non-autonomous problems the step
+needs `df/dt` too.
 
-Reverse mode (`CheckpointAdjoint`) differentiates the step as it is computed:
-through the Jacobian (second derivatives of `f`, by forward-over-reverse) and the LU
-factorisation; `ForwardMode` works likewise. Both give the exact derivative of the
+Reverse mode (`CheckpointAdjoint`) differentiates the step as it is computed: through
+the Jacobian (second derivatives of `f`: reverse mode over the forward-mode Jacobian)
+and through `W` in the linear solves (the implicit rule, reusing the step's
+factorisation); `ForwardMode` works likewise. Both give the exact derivative of the
 numerical solution.
 
 References:

@@ -36,6 +36,10 @@ class Marks(eqx.Module):
     anchor: Y | None = None
 
 
+MAX_SPLITS = 3
+"""A too stiff forward-grid step is split into at most 2^3 parts."""
+
+
 class SweepContext(eqx.Module):
     """What every iteration of a sweep reads.
 
@@ -44,7 +48,10 @@ class SweepContext(eqx.Module):
             exactly from mark to mark (the forward grid is then one of the marks).
         seminorm: leave `g` out of the controller's error norm.
         stiff_limit: on the forward grid, a step whose stiffness estimate `h rho`
-            exceeds it (while the stiff part is above tolerance) is taken in halves.
+            exceeds it (while the stiff part is above tolerance) is taken in halves,
+            at most `MAX_SPLITS` times over.
+        give_up_above: an anchor distance beyond which the sweep stops (the
+            gradient will not be returned).
         rtol, atol: the scale of an anchor's distance (`anchor_distance`).
         max_steps: bound on attempted adaptive steps.
     """
@@ -55,6 +62,7 @@ class SweepContext(eqx.Module):
     seminorm: bool = eqx.field(static=True)
     error_order: int | None = eqx.field(static=True)
     stiff_limit: float | None = eqx.field(static=True)  # h rho above it: split the step
+    give_up_above: float = eqx.field(static=True)  # anchor distance that ends the sweep
     rtol: jax.Array
     atol: jax.Array
     max_steps: int = eqx.field(static=True)
@@ -68,7 +76,7 @@ class Sweep(eqx.Module):
     g: object  # dL/dtheta accumulated so far
     slopes: Slopes  # the right-hand side at (tau, flow), unless `fresh`
     fresh: jax.Array  # `slopes` is stale and must be recomputed
-    halve: jax.Array  # the last attempt was too stiff: step half way to the next mark
+    splits: jax.Array  # attempts just found too stiff: go 2^-splits of the way
     pointers: tuple[jax.Array, ...]  # per mark list: rows below are still ahead
     dt: jax.Array  # next adaptive step size
     controller: ControllerState
@@ -160,16 +168,18 @@ def _too_stiff(ctx: SweepContext, sw: Sweep, step: AdjointStep, dt) -> jax.Array
 
 
 def _grid_iteration(ctx: SweepContext, field: AdjointField, sw: Sweep, lo) -> Sweep:
-    """One step of the adjoint ODE to the next mark (half way, after a too stiff try)."""
+    """One step of the adjoint ODE to the next mark, or part way after too stiff tries."""
     sw = eqx.tree_at(lambda s: s.slopes, sw, _refresh(field, sw))
     mark = next_stop(ctx, sw.pointers, lo)
-    target = jnp.where(sw.halve, sw.tau - 0.5 * (sw.tau - mark), mark)
+    fraction = 0.5 ** sw.splits.astype(sw.tau.dtype)
+    target = jnp.where(sw.splits > 0, sw.tau - fraction * (sw.tau - mark), mark)
     dt = sw.tau - target
     step = adjoint_rk_step(ctx.tableau, field, -sw.tau, dt, sw.flow, sw.slopes)
-    stiff = _too_stiff(ctx, sw, step, dt)
+    stiff = _too_stiff(ctx, sw, step, dt) & (sw.splits < MAX_SPLITS)
     moved = _advance(sw, target, step)
     sw = jax.tree.map(lambda new, old: jnp.where(stiff, old, new), moved, sw)
-    sw = eqx.tree_at(lambda s: (s.halve, s.num_steps), sw, (stiff, sw.num_steps + 1))
+    splits = jnp.where(stiff, sw.splits + 1, 0).astype(sw.splits.dtype)
+    sw = eqx.tree_at(lambda s: (s.splits, s.num_steps), sw, (splits, sw.num_steps + 1))
     return arrive(ctx, sw)
 
 
@@ -216,6 +226,7 @@ def sweep_to(ctx: SweepContext, field: AdjointField, sw: Sweep, lo) -> Sweep:
 
     def going(sw):
         more = (sw.tau > lo) & (sw.result == RESULTS.successful)
+        more = more & (sw.worst <= ctx.give_up_above)  # backsolve: diverged, stop
         return more & (sw.num_steps < ctx.max_steps) if adaptive else more
 
     sw = lax.while_loop(going, lambda sw: iterate(ctx, field, sw, lo), sw)
