@@ -160,14 +160,17 @@ def main(argv=None) -> int:
     if missing:
         parser.error(f"no module yet for section(s) {missing}; present: {present}")
     path = results_path()
-    blocks = previous_blocks(path)
     failed = False
     for name in options.only or present:
-        blocks[name] = run_section(name, options.quick)
-        failed |= "**failed**" in blocks[name]
-    body = "\n".join(blocks[name] for name in REGISTRY if name in blocks)
-    path.write_text(header() + "\n" + body)
-    print(f"wrote {path}", flush=True)
+        block = run_section(name, options.quick)
+        failed |= "**failed**" in block
+        # Re-read the file before each write: sections measured by another run in the
+        # meantime are kept, and a later crash keeps this section's result.
+        blocks = previous_blocks(path)
+        blocks[name] = block
+        body = "\n".join(blocks[name] for name in REGISTRY if name in blocks)
+        path.write_text(header() + "\n" + body)
+        print(f"wrote {path}", flush=True)
     return 1 if failed else 0
 
 
