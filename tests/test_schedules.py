@@ -193,6 +193,27 @@ def test_online_plans_are_valid_and_costed(kind):
             assert plan.total >= S.online_lower_bound(n, c), (n, c)
 
 
+def test_known_plans_are_valid_and_no_worse_than_online():
+    for c in range(1, 9):
+        for n in itertools.chain(range(0, 60), (99, 250)):
+            plan = S.known_plan(n, c)
+            S.validate(plan)
+            assert plan.forward_evaluations == n and plan.max_live <= min(c, n)
+            assert len(S.known_slots(n, c)) == n
+            if n:
+                assert S.optimal_total(n, c) < plan.total <= S.online_total(n, c), (n, c)
+
+
+@pytest.mark.parametrize("n", [1000, 10_000])
+@pytest.mark.parametrize("c", [4, 8, 32, 128])
+def test_known_plans_are_within_two_percent_of_revolve(n, c):
+    # The fixed-step target of the checkpointing issue: n + t(n, c) within 2%.
+    plan = S.known_plan(n, c)
+    assert plan.total <= 1.02 * S.optimal_total(n, c), plan.total / S.optimal_total(n, c)
+    reversed_steps = [a.step for a in plan.actions if isinstance(a, Reverse)]
+    assert reversed_steps == list(range(n - 1, -1, -1))
+
+
 def test_online_single_slot_is_degenerate():
     # Only state 0 can be stored: forward n, then n(n-1)/2 advances and n tapes.
     for n in range(1, 40):
