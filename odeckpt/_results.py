@@ -1,16 +1,20 @@
 """Result codes of a solve: the reason a solve stopped, and the message raised for it."""
 
 import enum
+from collections.abc import Sequence
 
 import equinox as eqx
 import jax.numpy as jnp
+import numpy as np
+from jax import lax
 from jaxtyping import Array, Int
 
 
 class RESULTS(enum.IntEnum):
     """Why a solve stopped. `Solution.result` holds one of these as an integer array.
 
-    The message of each code is what `diffeqsolve(..., throw=True)` raises.
+    With `diffeqsolve(..., throw=True)` a failed solve raises its code's cause, the time
+    the solve reached, and the code's `message` (what to do about it).
     """
 
     successful = 0
@@ -46,12 +50,71 @@ _MESSAGES = {
     ),
 }
 
+# What a failed forward solve names first; `{where}` becomes "t = 0.42 of [0, 10]".
+_CAUSES = {
+    RESULTS.max_steps_reached: "`max_steps` ({max_steps}) reached at {where}.",
+    RESULTS.dt_min_reached: "Step size below `dtmin` at {where}.",
+    RESULTS.nonfinite_state: "Non-finite state (NaN or inf) in the step from {where}.",
+    RESULTS.backsolve_diverged: "Backward reconstruction diverged.",
+}
+
+_CODE_BITS = 3  # the result code lives in the low bits of the error index
+assert len(RESULTS) <= 2**_CODE_BITS
+
 
 def is_successful(result: Int[Array, ""]) -> Array:
     return result == RESULTS.successful
 
 
-def raise_if_failed(x, result: Int[Array, ""]):
-    """Raise the message of `result` (under jit too) unless it is `successful`."""
-    messages = [code.message or "success" for code in RESULTS]
-    return eqx.branched_error_if(x, result != RESULTS.successful, jnp.asarray(result), messages)
+class _FailureMessages(Sequence):
+    """The messages of `raise_if_failed`, indexed by `(time bits | code)`.
+
+    `eqx.branched_error_if` raises `msgs[index]` for a runtime `index`; formatting the
+    message from the index lets the raised text carry a runtime value (the time the
+    solve reached) through equinox's own error machinery (`filter_jit`'s clean errors,
+    `EQX_ON_ERROR`, vmap), which only ever indexes the sequence.
+    """
+
+    def __init__(self, t0, t1, max_steps: int):
+        self.span = f"[{_fmt(t0)}, {_fmt(t1)}]" if t0 is not None and t1 is not None else None
+        self.max_steps = max_steps
+
+    def __len__(self) -> int:
+        return 2**32
+
+    def __getitem__(self, index):  # pyright: ignore[reportIncompatibleMethodOverride]
+        index = int(index)
+        code = RESULTS(index & (2**_CODE_BITS - 1))
+        if code == RESULTS.successful:
+            return "success"
+        t = float(np.array(index & ~(2**_CODE_BITS - 1), np.int32).view(np.float32))
+        where = f"t = {_fmt(t)}" + (f" of {self.span}" if self.span else " (before `t1`)")
+        cause = _CAUSES[code].format(max_steps=self.max_steps, where=where)
+        return f"{cause} {code.message}"
+
+
+def _fmt(x) -> str:
+    return f"{float(x):.6g}"
+
+
+def failure_index(result: Int[Array, ""], t) -> Array:
+    """`result` and the time `t` packed into one int32 (see `_FailureMessages`).
+
+    `t` is rounded to float32 less its last `_CODE_BITS` mantissa bits (6 significant
+    digits). Successful entries get the smallest int32, so that under `jax.vmap`
+    (where equinox raises the largest index) a failed element's message wins."""
+    bits = lax.bitcast_convert_type(jnp.asarray(t).astype(jnp.float32), jnp.int32)
+    mask, exponent = ~(2**_CODE_BITS - 1), 0x7F800000
+    rounded = (bits + 2 ** (_CODE_BITS - 1)) & mask
+    overflow = ((rounded & exponent) == exponent) & ((bits & exponent) != exponent)
+    index = jnp.where(overflow, bits & mask, rounded) | result.astype(jnp.int32)
+    return jnp.where(result == RESULTS.successful, jnp.iinfo(jnp.int32).min, index)
+
+
+def raise_if_failed(x, result: Int[Array, ""], t, t0=None, t1=None, max_steps: int = 0):
+    """Raise (under jit too) unless `result` is `successful`: the cause, the time `t`
+    the solve reached in `[t0, t1]` (when these are known at trace time) and the
+    code's message."""
+    messages = _FailureMessages(t0, t1, max_steps)
+    index = failure_index(result, t)
+    return eqx.branched_error_if(x, result != RESULTS.successful, index, messages)

@@ -15,6 +15,7 @@ class DenseInterpolation(eqx.Module):
     num_steps: jax.Array
     direction: jax.Array
     y0: Y | None = None  # returned when no step was taken (e.g. t0 == t1)
+    reached: jax.Array | None = None  # internal time a failed solve reached; inf beyond
 
     def evaluate(self, t) -> Y:
         t = jnp.asarray(t)
@@ -28,10 +29,14 @@ class DenseInterpolation(eqx.Module):
             jnp.searchsorted(ends, tau, side="left"), 0, jnp.maximum(self.num_steps - 1, 0)
         )
         value = jax.tree.map(lambda x: x[i], self.steps).evaluate(tau)
-        if self.y0 is None:
+        if self.y0 is not None:
+            # Without steps, row 0 is an unfilled (inf) buffer row: its polynomial is NaN.
+            value = jax.tree.map(lambda v, y: jnp.where(self.num_steps > 0, v, y), value, self.y0)
+        if self.reached is None:
             return value
-        # Without steps, row 0 is an unfilled (inf) buffer row: its polynomial is NaN.
-        return jax.tree.map(lambda v, y: jnp.where(self.num_steps > 0, v, y), value, self.y0)
+        # Nothing was computed beyond where a failed solve stopped: inf there.
+        beyond = tau > self.reached
+        return jax.tree.map(lambda v: jnp.where(beyond, jnp.inf, v), value)
 
 
 class Solution(eqx.Module):

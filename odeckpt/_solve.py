@@ -16,7 +16,7 @@ from ._saveat import SaveAt
 from ._solution import DenseInterpolation, Solution
 from ._solvers import AbstractSolver
 from ._terms import ODETerm, as_term, time_reversed
-from ._validate import check_inputs, concrete, floating_state
+from ._validate import check_inputs, check_values, check_vector_field, concrete, floating_state
 
 
 def diffeqsolve(
@@ -66,6 +66,9 @@ def diffeqsolve(
     tdtype = jnp.result_type(*[x for x in (t0, t1, dt0, saveat.ts) if x is not None], float)
     direction = _direction(t0, t1, dt0)  # from the raw values: jnp.asarray traces under jit
     ts = None if saveat.ts is None else _check_ts(saveat.ts, t0, t1)
+    check_vector_field(term, jnp.asarray(t0, tdtype), y0, args)
+    y0 = check_values(y0, args, t0, t1, dt0, ts, stepsize_controller)
+    span = (concrete(t0), concrete(t1))  # for error messages, when known at trace time
     t0, t1 = jnp.asarray(t0, tdtype), jnp.asarray(t1, tdtype)
     if direction is None or direction < 0:
         sign = jnp.where(t1 >= t0, 1, -1).astype(tdtype) if direction is None else -1.0
@@ -88,7 +91,11 @@ def diffeqsolve(
     out = adjoint.loop(integrator, problem, state0, max_steps)
     if integrator.report is not None:
         integrator.report(tau0, tau1, out.state.t, out.num_steps, final=True)
-    return _solution(saveat, integrator, problem, state0, out, t0, t1, sign, y0, dt0, throw)
+    solution = _solution(saveat, integrator, problem, state0, out, t0, t1, sign, y0, dt0)
+    if not throw:
+        return solution
+    # Thread the error onto every output (not only `ys`): a dense-only solve has no `ys`.
+    return raise_if_failed(solution, solution.result, out.state.t * sign, *span, max_steps or 0)
 
 
 def _direction(t0, t1, dt0):
@@ -164,7 +171,7 @@ def _floor(t1):
     return jnp.where(t1 == 0, below_zero, down).astype(t1.dtype)
 
 
-def _solution(saveat, integrator, problem, state0, out, t0, t1, sign, y0, dt0, throw):
+def _solution(saveat, integrator, problem, state0, out, t0, t1, sign, y0, dt0):
     final = out.state
     reached = final.t >= problem.t1
     result = jnp.where(
@@ -189,13 +196,17 @@ def _solution(saveat, integrator, problem, state0, out, t0, t1, sign, y0, dt0, t
         ts_parts.append(step_ts * sign)
         ys_parts.append(step_ys)
     if saveat.t1:
+        y1 = _with_time_derivative(problem, out.num_steps, t0, t1, sign, final.y)
         ts_parts.append(jnp.where(ok, t1, jnp.inf)[None])
-        ys_parts.append(jax.tree.map(lambda y: jnp.where(ok, y, jnp.inf)[None], final.y))
+        ys_parts.append(jax.tree.map(lambda y: jnp.where(ok, y, jnp.inf)[None], y1))
     ts = jnp.concatenate(ts_parts) if ts_parts else None
     ys = jax.tree.map(lambda *p: jnp.concatenate(p), *ys_parts) if ys_parts else None
     dense = None
     if "dense" in buffers:
-        dense = DenseInterpolation(buffers["dense"], final.num_accepted, jnp.asarray(sign), y0)
+        reached = jnp.where(ok, jnp.inf, final.t)  # a failed solve's output ends here
+        dense = DenseInterpolation(
+            buffers["dense"], final.num_accepted, jnp.asarray(sign), y0, reached
+        )
     evals = 1 + integrator.solver.evals_per_step * out.num_steps
     if dt0 is None and isinstance(problem.controller, PIDController):
         evals = evals + 2  # the starting-step heuristic's two evaluations
@@ -206,6 +217,20 @@ def _solution(saveat, integrator, problem, state0, out, t0, t1, sign, y0, dt0, t
         "num_vf_evals": evals,
         "max_steps": integrator.max_steps,
     }
-    solution = Solution(t0, t1, ts, ys, stats, result, dense)
-    # Thread the error onto every output (not only `ys`): a dense-only solve has no `ys`.
-    return raise_if_failed(solution, result) if throw else solution
+    return Solution(t0, t1, ts, ys, stats, result, dense)
+
+
+def _with_time_derivative(problem, num_steps, t0, t1, sign, y):
+    """`y(t1)`, with `dy(t1)/dt1 = f` and `dy(t1)/dt0 = -f` when `t0 == t1`.
+
+    A solve with `t0 == t1` takes no step, so the loop carries no derivative with
+    respect to the times; add `(t1 - t0) f(t0, y0)`, which is zero in value."""
+    sg = lax.stop_gradient
+    dt = (t1 - sg(t1)) - (t0 - sg(t0))
+
+    def first_order():  # `problem.term` runs in internal time: f = sign * f_internal
+        f = problem.term.vf(t0 * sign, y, problem.args)
+        return jax.tree.map(lambda v: (dt * sign * v).astype(v.dtype), f)
+
+    zero = lambda: jax.tree.map(jnp.zeros_like, y)  # noqa: E731
+    return jax.tree.map(jnp.add, y, lax.cond(num_steps == 0, first_order, zero))

@@ -1,5 +1,11 @@
-"""Input checks made once, at trace time, with messages that say how to fix them."""
+"""Input checks with messages that say how to fix them.
 
+Structural problems raise at trace time. Value problems raise at trace time too when
+the value is known then (a `ValueError`), and otherwise at run time through
+`eqx.error_if` (an `EquinoxRuntimeError`; `JaxRuntimeError` under plain `jax.jit`).
+"""
+
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -57,7 +63,7 @@ def check_inputs(solver, controller, adjoint, saveat, max_steps, dt0):
     if hasattr(controller, "rtol"):
         for name in ("rtol", "atol"):
             value = concrete(jnp.asarray(getattr(controller, name)))
-            if value is not None and np.any(value <= 0):
+            if value is not None and not np.all(value > 0):
                 raise ValueError(f"`PIDController({name}=...)` must be positive; got {value}.")
 
 
@@ -67,3 +73,99 @@ def _check_type(value, cls, name, example):
             f"`diffeqsolve({name}=...)` expects an `{cls.__name__}` ({example}); "
             f"got {type(value).__name__}."
         )
+
+
+def check_vector_field(term, t0, y0, args) -> None:
+    """`f(t0, y0, args)` must return a PyTree like `y0`: same structure, shapes, dtypes."""
+    out = eqx.filter_eval_shape(term.vf, t0, y0, args)
+    y_struct, out_struct = jax.tree.structure(y0), jax.tree.structure(out)
+    if out_struct != y_struct:
+        raise ValueError(
+            "The vector field must return a PyTree with the structure of `y`; "
+            f"`f(t0, y0, args)` returned {out_struct} for `y0` with {y_struct}."
+        )
+    for (path, y), dy in zip(jax.tree_util.tree_flatten_with_path(y0)[0], jax.tree.leaves(out),
+                             strict=True):  # fmt: skip
+        name = jax.tree_util.keystr(path) or "y0"
+        if not isinstance(dy, jax.ShapeDtypeStruct):
+            raise TypeError(
+                f"The vector field must return arrays; for leaf {name} `f(t0, y0, args)` "
+                f"returned a {type(dy).__name__}. Return e.g. `jnp.full_like(y, value)`."
+            )
+        shape, dtype = dy.shape, dy.dtype
+        if shape != y.shape:
+            raise ValueError(
+                f"The vector field must return arrays shaped like `y`; for leaf {name} "
+                f"`f(t0, y0, args)` returned shape {shape}, but `y0` has shape {y.shape}."
+            )
+        if dtype != y.dtype:
+            raise TypeError(
+                f"The vector field must return `y`'s dtype; for leaf {name} "
+                f"`f(t0, y0, args)` returned {dtype}, but `y0` is {y.dtype}. "
+                "Cast the result, e.g. `dy.astype(y.dtype)`."
+            )
+
+
+def check_values(y0, args, t0, t1, dt0, ts, controller):
+    """`y0`, with the value checks of every input threaded onto it.
+
+    Each check runs now when its inputs are concrete (raising `ValueError`), else at run
+    time: one `eqx.branched_error_if` raising the message of the first failed check."""
+    pending = []
+    for inputs, bad, message in _value_checks(y0, args, t0, t1, dt0, ts, controller):
+        values = [concrete(x) for x in inputs]
+        if all(v is not None for v in values):
+            if bad(np, *values):
+                raise ValueError(message)
+        else:
+            pending.append((bad(jnp, *[jnp.asarray(x) for x in inputs]), message))
+    if not pending:
+        return y0
+    failed = jnp.stack([jnp.asarray(p) for p, _ in pending])
+    messages = [m + " (checked at run time)" for _, m in pending]
+    return eqx.branched_error_if(y0, jnp.any(failed), jnp.argmax(failed), messages)
+
+
+def _nonfinite(xp, x):
+    return ~xp.all(xp.isfinite(x))
+
+
+def _value_checks(y0, args, t0, t1, dt0, ts, controller):
+    """`(inputs, bad(xp, *inputs), message)` for each value check."""
+    for path, leaf in jax.tree_util.tree_flatten_with_path(y0)[0]:
+        name = jax.tree_util.keystr(path) or "y0"
+        message = f"`y0` has NaN or inf values in leaf {name}; pass a finite `y0`."
+        yield (leaf,), _nonfinite, message
+    for path, leaf in jax.tree_util.tree_flatten_with_path(args)[0]:
+        if isinstance(leaf, float) or eqx.is_inexact_array(leaf):
+            name = jax.tree_util.keystr(path) or "args"
+            message = f"`args` has NaN or inf values in leaf {name}; pass finite `args`."
+            yield (leaf,), _nonfinite, message
+    yield (t0,), _nonfinite, "`t0` must be finite."
+    yield (t1,), _nonfinite, "`t1` must be finite."
+    if dt0 is not None:
+        message = "`dt0` must be finite and nonzero with the sign of `t1 - t0`."
+        yield (t0, t1, dt0), _bad_dt0, message
+    if ts is not None:
+        yield (t0, t1, ts), _ts_outside, "`SaveAt(ts=...)` must lie within [t0, t1]."
+        yield (t0, t1, ts), _ts_backwards, "`SaveAt(ts=...)` must run from t0 towards t1."
+    for name in ("rtol", "atol") if hasattr(controller, "rtol") else ():
+        value = getattr(controller, name)
+        yield (value,), _not_positive, f"`PIDController({name}=...)` must be positive."
+
+
+def _bad_dt0(xp, t0, t1, dt0):
+    wrong_sign = (t1 != t0) & (xp.sign(dt0) != xp.sign(t1 - t0))
+    return (dt0 == 0) | wrong_sign | ~xp.isfinite(dt0)
+
+
+def _ts_outside(xp, t0, t1, ts):
+    return xp.any((ts < xp.minimum(t0, t1)) | (ts > xp.maximum(t0, t1)))
+
+
+def _ts_backwards(xp, t0, t1, ts):
+    return xp.any(xp.diff(ts) * xp.where(t1 >= t0, 1, -1) < 0)
+
+
+def _not_positive(xp, x):
+    return ~xp.all(x > 0)

@@ -1,0 +1,337 @@
+"""Every bad input, and the error it gets: the rows of the table in `docs/errors.md`.
+
+`CASES` is that table as data; `test_docs_table_matches_cases` keeps the two equal, so
+the table cannot drift from what the code does.
+"""
+
+import pathlib
+import re
+from collections.abc import Callable
+from typing import NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import pytest
+
+import odeckpt as oc
+
+DOCS = pathlib.Path(__file__).parents[1] / "docs" / "errors.md"
+Y0 = jnp.asarray([1.0, 2.0])
+
+EXCEPTIONS = {
+    "ValueError": ValueError,
+    "TypeError": TypeError,
+    "equinox.EquinoxRuntimeError": eqx.EquinoxRuntimeError,
+    "jax.errors.JaxRuntimeError": jax.errors.JaxRuntimeError,
+}
+RUNTIME = ("equinox.EquinoxRuntimeError", "jax.errors.JaxRuntimeError")
+
+
+class Case(NamedTuple):
+    description: str
+    exception: str  # a key of EXCEPTIONS
+    start: str  # how the message starts
+    call: Callable[[], object]
+
+
+def _decay(t, y, args):
+    return -y
+
+
+def _solve(f=_decay, solver=None, t0=0.0, t1=1.0, dt0=0.1, y0=Y0, **kwargs):
+    return oc.diffeqsolve(f, solver or oc.Tsit5(), t0, t1, dt0, y0, **kwargs)
+
+
+def _jit(fn, *args):
+    """`fn(*args)` under `eqx.filter_jit`, run to completion: traced inputs."""
+    return jax.block_until_ready(eqx.filter_jit(fn)(*args))
+
+
+def _grad(fn, *args):
+    return jax.grad(fn)(*args)
+
+
+def _nan_after_half(t, y, args):
+    return jnp.where(t > 0.5, jnp.nan, -y)
+
+
+def _too_tight():
+    controller = oc.PIDController(rtol=1e-13, atol=1e-13, dtmin=0.05, force_dtmin=False)
+    return oc.diffeqsolve(
+        lambda t, y, args: jnp.stack([1.5 * y[0] - y[0] * y[1], y[0] * y[1] - 3 * y[1]]),
+        oc.Tsit5(), 0.0, 10.0, 0.1, jnp.asarray([1.0, 1.0]), stepsize_controller=controller,
+    )  # fmt: skip
+
+
+PID = oc.PIDController(rtol=1e-6, atol=1e-8)
+F32 = jnp.asarray([1.0], jnp.float32)
+NAN_Y0 = {"a": Y0, "b": jnp.asarray([1.0, jnp.nan])}
+
+# The order and wording of these rows is that of docs/errors.md.
+STATE = [
+    Case("`y0` with an integer leaf", "TypeError",
+         "`y0` must hold floating arrays; leaf y0 has dtype int",
+         lambda: _solve(y0=jnp.asarray([1, 2]))),
+    Case("`y0` with a boolean leaf", "TypeError",
+         "`y0` must hold floating arrays; leaf [1] has dtype bool",
+         lambda: _solve(y0=(Y0, jnp.asarray([True])))),
+    Case("`y0` mixing float32 and float64 leaves", "TypeError",
+         "`y0` mixes floating dtypes ['float32', 'float64']",
+         lambda: _solve(y0={"a": F32, "b": Y0})),
+    Case("empty `y0`", "ValueError", "`y0` is an empty PyTree",
+         lambda: _solve(y0={})),
+    Case("`y0` with NaN or inf", "ValueError",
+         "`y0` has NaN or inf values in leaf ['b']; pass a finite `y0`.",
+         lambda: _solve(f=lambda t, y, a: jax.tree.map(jnp.negative, y), y0=NAN_Y0)),
+    Case("`y0` with NaN or inf, traced", "equinox.EquinoxRuntimeError",
+         "`y0` has NaN or inf values in leaf y0; pass a finite `y0`. (checked at run time)",
+         lambda: _jit(lambda y0: _solve(y0=y0).ys, jnp.asarray([jnp.inf, 1.0]))),
+    Case("`y0` with NaN or inf, traced under `jax.jit`", "jax.errors.JaxRuntimeError",
+         "`y0` has NaN or inf values in leaf y0; pass a finite `y0`. (checked at run time)",
+         lambda: jax.block_until_ready(
+             jax.jit(lambda y0: _solve(y0=y0).ys)(jnp.asarray([jnp.nan, 1.0])))),
+    Case("`args` with NaN or inf", "ValueError",
+         "`args` has NaN or inf values in leaf ['k']; pass finite `args`.",
+         lambda: _solve(f=lambda t, y, a: -a["k"] * y, args={"k": jnp.inf})),
+    Case("`args` with NaN or inf, traced", "equinox.EquinoxRuntimeError",
+         "`args` has NaN or inf values in leaf args; pass finite `args`. (checked at run time)",
+         lambda: _jit(lambda k: _solve(f=lambda t, y, a: -a * y, args=k).ys, jnp.asarray(jnp.nan))),
+]  # fmt: skip
+
+VECTOR_FIELD = [
+    Case("vector field returns another PyTree structure", "ValueError",
+         "The vector field must return a PyTree with the structure of `y`; "
+         "`f(t0, y0, args)` returned PyTreeDef((*, *)) for `y0` with PyTreeDef(*).",
+         lambda: _solve(f=lambda t, y, a: (y, y))),
+    Case("vector field returns another shape", "ValueError",
+         "The vector field must return arrays shaped like `y`; for leaf y0 "
+         "`f(t0, y0, args)` returned shape (), but `y0` has shape (2,).",
+         lambda: _solve(f=lambda t, y, a: -jnp.sum(y))),
+    Case("vector field returns another floating dtype", "TypeError",
+         "The vector field must return `y`'s dtype; for leaf ['x'] `f(t0, y0, args)` "
+         "returned float64, but `y0` is float32.",
+         lambda: _solve(f=lambda t, y, a: {"x": y["x"] * jnp.cos(t)}, y0={"x": F32})),
+    Case("vector field returns a Python scalar", "TypeError",
+         "The vector field must return arrays; for leaf y0 `f(t0, y0, args)` returned a float.",
+         lambda: _solve(f=lambda t, y, a: -1.0, y0=jnp.asarray(1.0))),
+    Case("vector field returns integers", "TypeError",
+         "The vector field must return `y`'s dtype; for leaf y0 `f(t0, y0, args)` "
+         "returned int",
+         lambda: _solve(f=lambda t, y, a: jnp.ones(2, int))),
+]  # fmt: skip
+
+TIMES = [
+    Case("`dt0` against the direction of integration", "ValueError",
+         "`dt0` must be nonzero with the sign of `t1 - t0`; got dt0=-0.1 for t0=0.0, t1=1.0.",
+         lambda: _solve(dt0=-0.1)),
+    Case("`dt0=0`", "ValueError",
+         "`dt0` must be nonzero with the sign of `t1 - t0`; got dt0=0.0",
+         lambda: _solve(t0=1.0, t1=0.0, dt0=0.0)),
+    Case("`dt0` infinite", "ValueError",
+         "`dt0` must be finite and nonzero with the sign of `t1 - t0`.",
+         lambda: _solve(dt0=jnp.inf)),
+    Case("`dt0` of the wrong sign or zero, traced", "equinox.EquinoxRuntimeError",
+         "`dt0` must be finite and nonzero with the sign of `t1 - t0`. (checked at run time)",
+         lambda: _jit(lambda dt0: _solve(dt0=dt0).ys, jnp.asarray(-0.1))),
+    Case("`dt0=None` with `ConstantStepSize()`", "ValueError",
+         "`dt0=None` needs an adaptive controller",
+         lambda: _solve(dt0=None)),
+    Case("`dt0` with `StepTo(ts)`", "ValueError",
+         "`StepTo(ts)` fixes the steps itself: pass `dt0=None`.",
+         lambda: _solve(stepsize_controller=oc.StepTo(jnp.asarray([0.0, 0.5, 1.0])))),
+    Case("`t1` NaN or inf", "ValueError", "`t1` must be finite.",
+         lambda: _solve(t1=jnp.inf)),
+    Case("`t0` NaN or inf, traced", "equinox.EquinoxRuntimeError",
+         "`t0` must be finite. (checked at run time)",
+         lambda: _jit(lambda t0: _solve(t0=t0).ys, jnp.asarray(jnp.nan))),
+    Case("`StepTo(ts)` not from t0 to t1", "ValueError",
+         "`StepTo(ts=...)` must start at t0 and end at t1; got ts[0]=0.0, ts[-1]=0.8",
+         lambda: _solve(dt0=None, stepsize_controller=oc.StepTo(jnp.asarray([0.0, 0.8])))),
+    Case("`StepTo(ts)` not strictly monotone", "ValueError",
+         "`StepTo(ts=...)` must be strictly monotone from t0 to t1; got ts[2]=0.5 after ts[1]=0.7",
+         lambda: _solve(dt0=None,
+                        stepsize_controller=oc.StepTo(jnp.asarray([0.0, 0.7, 0.5, 1.0])))),
+    Case("`StepTo(ts)` with fewer than 2 times", "ValueError",
+         "`StepTo(ts=...)` needs a 1-D array of at least 2 times; got shape (1,)",
+         lambda: oc.StepTo(jnp.asarray([0.0]))),
+]  # fmt: skip
+
+SAVEAT = [
+    Case("`SaveAt()` with nothing to save", "ValueError", "`SaveAt()` saves nothing",
+         lambda: oc.SaveAt()),
+    Case("`SaveAt(ts)` not monotone", "ValueError",
+         "`SaveAt(ts=...)` must be monotone (in the direction of integration); "
+         "got ts[2]=0.3 after ts[1]=0.5",
+         lambda: oc.SaveAt(ts=[0.1, 0.5, 0.3])),
+    Case("`SaveAt(ts)` not 1-D", "ValueError", "`SaveAt(ts=...)` must be 1-D; got shape (2, 1)",
+         lambda: oc.SaveAt(ts=[[0.1], [0.5]])),
+    Case("`SaveAt(ts)` against the direction of integration", "ValueError",
+         "`SaveAt(ts=...)` must run from t0 towards t1; got ts[1]=0.5 after ts[0]=0.2",
+         lambda: _solve(t0=1.0, t1=0.0, dt0=-0.1, saveat=oc.SaveAt(ts=[0.2, 0.5]))),
+    Case("`SaveAt(ts)` outside [t0, t1]", "ValueError",
+         "`SaveAt(ts=...)` must lie within [t0, t1] = [0.0, 1.0]; got ts[1]=1.5.",
+         lambda: _solve(saveat=oc.SaveAt(ts=[0.5, 1.5]))),
+    Case("`SaveAt(ts)` outside [t0, t1], traced", "equinox.EquinoxRuntimeError",
+         "`SaveAt(ts=...)` must lie within [t0, t1]. (checked at run time)",
+         lambda: _jit(lambda ts: _solve(saveat=oc.SaveAt(ts=ts)).ys, jnp.asarray([0.5, 2.0]))),
+    Case("`SaveAt(ts)` against the direction, traced", "equinox.EquinoxRuntimeError",
+         "`SaveAt(ts=...)` must run from t0 towards t1. (checked at run time)",
+         lambda: _jit(lambda ts: _solve(saveat=oc.SaveAt(ts=ts)).ys, jnp.asarray([0.5, 0.2]))),
+    Case("`Solution.evaluate` without dense output", "ValueError",
+         "`Solution.evaluate` needs dense output: pass `saveat=SaveAt(dense=True)`.",
+         lambda: _solve().evaluate(0.5)),
+]  # fmt: skip
+
+OPTIONS = [
+    Case("`max_steps` < 1", "ValueError",
+         "`max_steps` must be a positive integer or None; got 0.",
+         lambda: _solve(max_steps=0)),
+    Case("`max_steps` not an integer", "ValueError",
+         "`max_steps` must be a positive integer or None; got 2.5.",
+         lambda: _solve(max_steps=2.5)),
+    Case("`max_steps=None` with `CheckpointAdjoint`", "ValueError",
+         "`CheckpointAdjoint` needs a bounded loop: pass an integer `max_steps`",
+         lambda: _solve(max_steps=None)),
+    Case("`max_steps=None` with `InterpolatingAdjoint`", "ValueError",
+         "`InterpolatingAdjoint` needs a bounded loop: pass an integer `max_steps`",
+         lambda: _solve(max_steps=None, adjoint=oc.InterpolatingAdjoint())),
+    Case("`rtol` <= 0", "ValueError", "`PIDController(rtol=...)` must be positive; got 0.0.",
+         lambda: _solve(stepsize_controller=oc.PIDController(rtol=0.0, atol=1e-6))),
+    Case("`atol` <= 0", "ValueError", "`PIDController(atol=...)` must be positive; got -1e-09.",
+         lambda: _solve(stepsize_controller=oc.PIDController(rtol=1e-6, atol=-1e-9))),
+    Case("`rtol` NaN", "ValueError", "`PIDController(rtol=...)` must be positive; got nan.",
+         lambda: _solve(stepsize_controller=oc.PIDController(rtol=jnp.nan, atol=1e-6))),
+    Case("`rtol` <= 0, traced", "equinox.EquinoxRuntimeError",
+         "`PIDController(rtol=...)` must be positive. (checked at run time)",
+         lambda: _jit(lambda r: _solve(stepsize_controller=oc.PIDController(r, 1e-6)).ys,
+                      jnp.asarray(-1.0))),
+    Case("solver without error estimate and an adaptive controller", "ValueError",
+         "`Euler` has no error estimate, so it cannot be used with `PIDController`",
+         lambda: _solve(solver=oc.Euler(), stepsize_controller=PID)),
+    Case("`CheckpointAdjoint(checkpoints)` < 1", "ValueError",
+         "`CheckpointAdjoint(checkpoints=...)` must be a positive integer or None; got 0.",
+         lambda: oc.CheckpointAdjoint(checkpoints=0)),
+    Case("`terms` not callable", "TypeError",
+         "`diffeqsolve(terms, ...)` needs an `ODETerm(f)` or a callable `f(t, y, args)`; got str.",
+         lambda: _solve(f="f")),
+    Case("`solver` of the wrong type", "TypeError",
+         "`diffeqsolve(solver=...)` expects an `AbstractSolver` (e.g. `odeckpt.Tsit5()`); "
+         "got str.",
+         lambda: _solve(solver="Tsit5")),
+    Case("`stepsize_controller` of the wrong type", "TypeError",
+         "`diffeqsolve(stepsize_controller=...)` expects an `AbstractStepSizeController`",
+         lambda: _solve(stepsize_controller=1e-6)),
+    Case("`saveat` of the wrong type", "TypeError",
+         "`diffeqsolve(saveat=...)` expects an `SaveAt`",
+         lambda: _solve(saveat=(0.5,))),
+    Case("`adjoint` of the wrong type", "TypeError",
+         "`diffeqsolve(adjoint=...)` expects an `AbstractAdjoint`",
+         lambda: _solve(adjoint="checkpoint")),
+]  # fmt: skip
+
+ADJOINTS = [
+    Case("continuous adjoint, gradient with respect to `t1`", "ValueError",
+         "`BacksolveAdjoint` cannot differentiate with respect to `t0`, `t1` or "
+         "`SaveAt(ts=...)`",
+         lambda: _grad(lambda t1: _solve(t1=t1, adjoint=oc.BacksolveAdjoint()).ys.sum(), 1.0)),
+    Case("continuous adjoint, gradient with respect to `SaveAt(ts)`", "ValueError",
+         "`InterpolatingAdjoint` cannot differentiate with respect to `t0`, `t1` or "
+         "`SaveAt(ts=...)`",
+         lambda: _grad(lambda ts: _solve(saveat=oc.SaveAt(ts=ts),
+                                         adjoint=oc.InterpolatingAdjoint()).ys.sum(),
+                       jnp.asarray([0.5, 1.0]))),
+    Case("continuous adjoint, gradient through dense output", "ValueError",
+         "`BacksolveAdjoint` cannot differentiate through `SaveAt(dense=True)` outputs",
+         lambda: _grad(lambda y0: _solve(y0=y0, saveat=oc.SaveAt(dense=True),
+                                         adjoint=oc.BacksolveAdjoint()).evaluate(0.5).sum(),
+                       Y0)),
+    Case("continuous adjoint with an implicit adjoint solver", "ValueError",
+         "`BacksolveAdjoint(solver=...)` must be an explicit Runge–Kutta solver",
+         lambda: oc.BacksolveAdjoint(solver=oc.Kvaerno5())),  # pyright: ignore
+    Case("continuous adjoint of an implicit forward solver", "ValueError",
+         "`InterpolatingAdjoint` solves the adjoint ODE with an explicit Runge–Kutta method",
+         lambda: _solve(solver=oc.Kvaerno5(), dt0=None, stepsize_controller=PID,
+                        adjoint=oc.InterpolatingAdjoint())),
+    Case("continuous adjoint with a non-adaptive adjoint controller", "ValueError",
+         "`BacksolveAdjoint(stepsize_controller=...)` must be an adaptive controller",
+         lambda: oc.BacksolveAdjoint(stepsize_controller=oc.ConstantStepSize())),
+    Case("`jax.grad` with `ForwardMode()` (JAX's message)", "ValueError",
+         "Reverse-mode differentiation does not work for lax.while_loop",
+         lambda: _grad(lambda y0: _solve(y0=y0, adjoint=oc.ForwardMode()).ys.sum(), Y0)),
+    Case("`jax.jvp` with `CheckpointAdjoint()` (JAX's message)", "TypeError",
+         "can't apply forward-mode autodiff (jvp) to a custom_vjp function.",
+         lambda: jax.jvp(lambda y0: _solve(y0=y0).ys, (Y0,), (Y0,))),
+]  # fmt: skip
+
+FAILED = [
+    Case("`max_steps` reached", "equinox.EquinoxRuntimeError",
+         "`max_steps` (20) reached at t = 0.2 of [0, 1]. The maximum number of solver steps",
+         lambda: _solve(dt0=0.01, max_steps=20)),
+    Case("`max_steps` reached, backwards in time, under `jax.jit`",
+         "jax.errors.JaxRuntimeError", "`max_steps` (20) reached at t = 0.8 of [1, 0].",
+         lambda: jax.block_until_ready(
+             jax.jit(lambda y0: _solve(y0=y0, t0=1.0, t1=0.0, dt0=-0.01, max_steps=20).ys)(Y0))),
+    Case("`max_steps` reached, traced `t1`", "equinox.EquinoxRuntimeError",
+         "`max_steps` (20) reached at t = 0.2 (before `t1`).",
+         lambda: _jit(lambda t1: _solve(t1=t1, dt0=0.01, max_steps=20).ys, jnp.asarray(1.0))),
+    Case("step size below `dtmin`", "equinox.EquinoxRuntimeError",
+         "Step size below `dtmin` at t = 0 of [0, 10]. The step size fell below",
+         _too_tight),
+    Case("NaN or inf produced mid-solve", "equinox.EquinoxRuntimeError",
+         "Non-finite state (NaN or inf) in the step from t = 0.4 of [0, 1].",
+         lambda: _solve(f=_nan_after_half)),
+]  # fmt: skip
+
+CASES = STATE + VECTOR_FIELD + TIMES + SAVEAT + OPTIONS + ADJOINTS + FAILED
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.description for c in CASES])
+def test_bad_input_raises_documented_error(case: Case):
+    with pytest.raises(EXCEPTIONS[case.exception]) as info:
+        case.call()
+    message = str(info.value)
+    if case.exception in RUNTIME:  # the text is wrapped in JAX's or equinox's report
+        assert case.start in message
+    else:
+        assert message.startswith(case.start), message
+
+
+# ----------------------------------------------------------------------------------
+# The docs table
+
+
+_ROW = re.compile(r"^\|\s*(?P<description>.+?)\s*\|\s*`(?P<exception>[\w.]+)`\s*\|"
+                  r"\s*``\s(?P<start>.+)\s``\s*\|$")  # fmt: skip
+
+
+def docs_rows() -> list[tuple[str, str, str]]:
+    """The `(bad input, exception, message start)` rows of every table in the docs."""
+    rows = []
+    for line in DOCS.read_text().splitlines():
+        match = _ROW.match(line.strip())
+        if match:
+            rows.append((match["description"], match["exception"], match["start"]))
+    return rows
+
+
+def test_docs_table_matches_cases():
+    documented = docs_rows()
+    expected = [(c.description, c.exception, c.start) for c in CASES]
+    missing = [row for row in expected if row not in documented]
+    extra = [row for row in documented if row not in expected]
+    assert not missing and not extra, f"missing from docs: {missing}\nnot tested: {extra}"
+    assert documented == expected  # same order too
+
+
+def test_every_table_row_is_parsed():
+    table_lines = [
+        line for line in DOCS.read_text().splitlines()
+        if line.startswith("| ") and not line.startswith(("| Bad input", "| Code"))
+    ]  # fmt: skip
+    code_rows = [line for line in table_lines if line.startswith("| `RESULTS.")]
+    assert len(table_lines) - len(code_rows) == len(docs_rows())
+
+
+def test_cases_are_distinct():
+    assert len({c.description for c in CASES}) == len(CASES)
