@@ -233,3 +233,75 @@ def bar_plot(path, labels: Sequence[str], values: Sequence[float], target: float
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+# ----------------------------------------------------------------------------------
+# The torchdiffeq peer, run in its own environment (see `torch_peer.py`)
+
+TORCH_PYTHON_VARIABLE = "ODECKPT_TORCH_PYTHON"
+TORCH_ENV_SETUP = (
+    "`python -m venv benchmarks/.torch-env && benchmarks/.torch-env/bin/pip install "
+    "torch==2.13.0 torchdiffeq numpy`"
+)
+
+
+def torch_python() -> Path:
+    """The Python of the torch environment: `$ODECKPT_TORCH_PYTHON` or the default."""
+    import os
+
+    default = BENCHMARKS / ".torch-env" / "bin" / "python"
+    return Path(os.environ.get(TORCH_PYTHON_VARIABLE, default))
+
+
+def run_torch_peer(spec: dict, timeout_seconds: float) -> tuple[dict | None, str]:
+    """Run `torch_peer.py` on `spec`; returns (results, "") or (None, why it was not run).
+
+    On a non-CPU JAX backend the peer runs on CUDA, or is skipped if the torch
+    environment has no CUDA.
+    """
+    import json
+    import subprocess
+    import tempfile
+
+    python = torch_python()
+    if not python.exists():
+        return None, (
+            f"torchdiffeq not measured: no torch environment at `{python}`; create it "
+            f"with {TORCH_ENV_SETUP} (or point `${TORCH_PYTHON_VARIABLE}` at a Python "
+            "with torch and torchdiffeq) and rerun this section to include it."
+        )
+    spec = {**spec, "device": "cpu" if jax.default_backend() == "cpu" else "cuda"}
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as file:
+        json.dump(spec, file)
+    try:
+        done = subprocess.run(
+            [str(python), str(BENCHMARKS / "torch_peer.py"), file.name],
+            capture_output=True,
+            text=True,
+            timeout=timeout_seconds,
+        )
+    except subprocess.TimeoutExpired:
+        return None, f"torchdiffeq not measured: `torch_peer.py` ran past {timeout_seconds:.0f} s."
+    finally:
+        Path(file.name).unlink()
+    if done.returncode != 0:
+        tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
+        return None, f"torchdiffeq not measured: `torch_peer.py` failed ({tail[0][:200]})."
+    results = json.loads(done.stdout)
+    if "skipped" in results:
+        return None, f"torchdiffeq not measured: {results['skipped']}."
+    return results, ""
+
+
+def import_jax_odeint() -> tuple[Callable | None, str]:
+    """`jax.experimental.ode.odeint`, or None; and a note if it is missing or deprecated."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            from jax.experimental.ode import odeint
+        except ImportError as error:
+            return None, f"`jax.experimental.ode` not measured: it cannot be imported ({error})."
+    deprecations = [w for w in caught if issubclass(w.category, DeprecationWarning)]
+    return odeint, "".join(f"`jax.experimental.ode` warns: {w.message}. " for w in deprecations)

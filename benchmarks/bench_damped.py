@@ -1,11 +1,14 @@
 """Continuous adjoints on damped systems: gradient error and backward cost.
 
-Every adjoint, odeckpt's and diffrax's, differentiates the same loss in the same run:
+Every adjoint, odeckpt's, diffrax's and `jax.experimental.ode.odeint`'s, differentiates
+the same loss in the same run, and torchdiffeq's `odeint` and `odeint_adjoint` in a
+separate process (`torch_peer.py`, skipped with a note if its environment is absent):
 `sum_k sum_i y_i(t_k)` over 12 output times in (0, 10], with Tsit5, rtol 1e-6,
 atol 1e-8, with respect to the system matrix `A` and `y0` of `dy/dt = A y`. The
 reference is the closed form (the Fréchet derivative of the matrix exponential, in
 SciPy). Vector-field evaluations are counted with a host callback inside the vector
 field: once in the plain solve (forward), once in the gradient (forward + backward).
+`jax.experimental.ode` and torchdiffeq offer Dopri5 only, so they run Dopri5.
 
 A second table checks the non-damped problems (Lotka–Volterra, Van der Pol, a small
 neural ODE) against odeckpt's `CheckpointAdjoint`.
@@ -20,10 +23,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import scipy.linalg
-from _common import Section, Table, warn
+from _common import Section, Table, import_jax_odeint, run_torch_peer, warn
 from _problems import PROBLEMS
 
 import odeckpt as oc
+
+jax_odeint, JAX_ODE_STATUS = import_jax_odeint()
 
 RTOL, ATOL, MAX_STEPS = 1e-6, 1e-8, 4096
 TS = np.linspace(0.0, 10.0, 13)[1:]
@@ -100,10 +105,10 @@ def evaluations(fn: Callable, *args):
 @dataclasses.dataclass(frozen=True)
 class Adjoint:
     label: str
-    library: str  # "odeckpt" or "diffrax"
+    library: str  # "odeckpt", "diffrax", "jax.experimental.ode" or "torchdiffeq"
     make: Callable[[], object]
     on_grid: bool = False  # steps on the forward pass's step times
-    kind: str = ""  # "interpolating" | "backsolve" | ""
+    kind: str = ""  # "interpolating" | "backsolve" | "autograd" (no backward vf evals) | ""
 
 
 def _pid(lib):
@@ -138,12 +143,24 @@ ADJOINTS = [
     ),
     Adjoint("diffrax BacksolveAdjoint", "diffrax", dfx.BacksolveAdjoint),
     Adjoint("diffrax RecursiveCheckpointAdjoint", "diffrax", dfx.RecursiveCheckpointAdjoint),
+    Adjoint("jax.experimental.ode odeint (Dopri5)", "jax.experimental.ode", lambda: None),
 ]
-QUICK_ADJOINTS = [0, 1, 2, 3, 5]
+QUICK_ADJOINTS = [0, 1, 2, 3, 5, 7]
+TORCH_METHODS = {
+    "odeint": "torchdiffeq odeint (dopri5)",
+    "odeint_adjoint": "torchdiffeq odeint_adjoint (dopri5)",
+}
 
 
 def solve_linear(adjoint: Adjoint, a, y0, throw: bool):
     field = counted(lambda t, y, a: a @ y)
+    if adjoint.library == "jax.experimental.ode":
+        # Its `mxstep` bounds the steps between two outputs; running out is silent.
+        ts = jnp.asarray([0.0, *TS])
+        ys = jax_odeint(
+            lambda y, t, a: field(t, y, a), y0, ts, a, rtol=RTOL, atol=ATOL, mxstep=MAX_STEPS
+        )[1:]
+        return jnp.sum(ys)
     if adjoint.library == "odeckpt":
         sol = oc.diffeqsolve(
             field,
@@ -213,13 +230,64 @@ def measure_linear(case: str, adjoint: Adjoint, forward: dict) -> Row:
         message = str(error).splitlines()[0][:60] if str(error) else type(error).__name__
         status = "max_steps (raised)" if "max" in str(error).lower() else f"raised: {message}"
         return Row(case, adjoint, float("nan"), status, forward[adjoint.library], -1)
-    error = _relative_error(got, closed_form_gradient(*CASES[case]))
-    if np.all(np.isnan(np.concatenate([np.ravel(x) for x in got]))):
-        status = "diverged: detected (NaN)"
-    else:
-        status = "ok" if error <= ERROR_TARGET else "**wrong, silent**"
+    error, status = _error_status(case, got, adjoint.library)
     return Row(
         case, adjoint, error, status, forward[adjoint.library], total - forward[adjoint.library]
+    )
+
+
+def _error_status(case: str, got, library: str) -> tuple[float, str]:
+    error = _relative_error(got, closed_form_gradient(*CASES[case]))
+    if np.all(np.isnan(np.concatenate([np.ravel(x) for x in got]))):
+        # odeckpt checks its reconstruction of y; elsewhere NaN comes from overflow.
+        return error, "diverged: detected (NaN)" if library == "odeckpt" else "diverged: NaN"
+    return error, "ok" if error <= ERROR_TARGET else "**wrong, silent**"
+
+
+def _torch_status(message: str) -> str:
+    if "max_num_steps" in message:
+        return "max_steps (raised)"
+    if "non-finite" in message:
+        return "diverged: raised (non-finite `y`)"
+    return f"raised: {message[:60]}"
+
+
+def torch_rows(cases: list[str], timeout_seconds: float) -> tuple[dict[str, list[Row]], str]:
+    """torchdiffeq's rows per case, measured by `torch_peer.py`; and a note."""
+    problems = {
+        case: {"a": CASES[case][0].tolist(), "y0": CASES[case][1].tolist()} for case in cases
+    }
+    spec = {"damped": {"ts": TS.tolist(), "rtol": RTOL, "atol": ATOL, "max_steps": MAX_STEPS,
+                       "cases": problems}}  # fmt: skip
+    results, note = run_torch_peer(spec, timeout_seconds)
+    if results is None:
+        return {}, note
+    rows: dict[str, list[Row]] = {}
+    for case, methods in results["damped"].items():
+        for method, result in methods.items():
+            kind = "autograd" if method == "odeint" else ""
+            adjoint = Adjoint(TORCH_METHODS[method], "torchdiffeq", lambda: None, kind=kind)
+            if "error" in result:
+                status = _torch_status(result["error"])
+                row = Row(case, adjoint, float("nan"), status, result["forward_evals"], -1)
+            else:
+                got = [result["grad_a"], result["grad_y0"]]
+                error, status = _error_status(case, got, "torchdiffeq")
+                backward = result["backward_evals"]
+                row = Row(case, adjoint, error, status, result["forward_evals"], backward)
+            rows.setdefault(case, []).append(row)
+    versions = results["versions"]
+    return rows, (
+        f"torchdiffeq {versions['torchdiffeq']} with torch {versions['torch']} "
+        f"({results['device']}, `torch.set_num_threads({results['threads']})`, the usable "
+        f"CPUs, `OMP_WAIT_POLICY={results['omp_wait_policy']}`), run by `torch_peer.py` "
+        "in its own environment: dopri5, the same rtol, atol, outputs and float64; "
+        "`options=dict(max_num_steps=4096)` (steps between two outputs; exceeding it "
+        "raises). `odeint` backpropagates through the solver's operations: its backward "
+        "pass evaluates no vector field (0 counted). "
+        "`odeint_adjoint` solves the adjoint ODE backwards with the same tolerances, "
+        "resetting `y` to the forward solution at each output, with error control over "
+        "the whole augmented state (torchdiffeq's default)."
     )
 
 
@@ -238,6 +306,8 @@ def _linear_table(rows: list[Row]) -> Table:
         error = "—" if np.isnan(r.error) else f"{r.error:.1e}"
         backward = "—" if r.backward < 0 else str(r.backward)
         cost = "—" if r.backward < 0 else f"{r.cost:.2f}"
+        if r.adjoint.kind == "autograd":  # VJPs of recorded operations, no vf calls
+            backward, cost = f"{backward} (autograd)", "—"
         cells.append([r.case, r.adjoint.label, error, r.status, str(r.forward), backward, cost])
     return Table(
         [
@@ -352,6 +422,10 @@ def _agreement_table(quick: bool) -> Table:
 def run(quick: bool) -> Section:
     cases = QUICK_CASES if quick else list(CASES)
     adjoints = [ADJOINTS[i] for i in QUICK_ADJOINTS] if quick else ADJOINTS
+    if jax_odeint is None:
+        adjoints = [a for a in adjoints if a.library != "jax.experimental.ode"]
+    print("  torchdiffeq (torch_peer.py)", flush=True)
+    torch, torch_note = torch_rows(cases, timeout_seconds=600 if quick else 1200)
     rows = []
     for case in cases:
         forward: dict[str, int] = {}
@@ -359,14 +433,22 @@ def run(quick: bool) -> Section:
             print(f"  {case} · {adjoint.label}", flush=True)
             rows.append(measure_linear(case, adjoint, forward))
             _check(rows[-1])
+        rows += torch.get(case, [])
     return Section(
         title="Continuous adjoints on damped systems",
         table=_linear_table(rows),
         extra_tables=[_agreement_table(quick)],
-        notes=NOTES,
+        notes=[*NOTES, *filter(None, [(JAX_ODE_NOTE + JAX_ODE_STATUS).strip(), torch_note])],
     )
 
 
+JAX_ODE_NOTE = (
+    "`jax.experimental.ode.odeint` (Dopri5, its only method): the same rtol, atol and "
+    "outputs, `mxstep=4096` (steps between two outputs; running out returns the state "
+    "reached, silently). Its adjoint solves the augmented ODE backwards between outputs "
+    "with the same tolerances and error control over the whole augmented state, "
+    "resetting `y` to the forward solution at each output. "
+)
 NOTES = [
     "Loss: the sum of `y` over 12 output times in (0, 10]; gradient with respect to "
     "`A` and `y0` of `dy/dt = A y`; reference: the closed form (matrix exponential). "
