@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.flatten_util
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
@@ -304,11 +305,230 @@ FORCED = ODEProblem(
 """A damped, periodically forced Duffing oscillator: time-dependent and nonlinear."""
 
 
+def _mlp_weights(seed: int = 0, width: int = 16):
+    rng = np.random.default_rng(seed)
+    w1 = 1.5 * rng.normal(size=(width, 2))
+    b1 = 0.5 * rng.normal(size=width)
+    w2 = 1.5 * rng.normal(size=(2, width)) / np.sqrt(width)
+    b2 = 0.1 * rng.normal(size=2)
+    return (w1, b1, w2, b2)
+
+
+def _mlp(t, y, params):
+    w1, b1, w2, b2 = params
+    return w2 @ jnp.tanh(w1 @ y + b1) + b2 - 0.1 * y
+
+
+MLP = ODEProblem(
+    name="mlp",
+    vector_field=_mlp,
+    y0=np.array([1.0, -0.5]),
+    args=_mlp_weights(),
+    t0=0.0,
+    t1=5.0,
+)
+"""A fixed-weight neural vector field, 2-16-2 with tanh, plus a weak decay `-y / 10`
+(weights drawn once from `numpy.random.default_rng(0)`; `args = (w1, b1, w2, b2)`).
+Over `[0, 5]` most of its tanh units leave their linear range."""
+
+
 LINEAR = (DECAY, LINEAR_SYSTEM, HARMONIC, DAMPED)
 CLOSED_FORM = (*LINEAR, TANGENT)
-NONLINEAR = (LOTKA_VOLTERRA, VAN_DER_POL, ARENSTORF, FORCED)
+NONLINEAR = (LOTKA_VOLTERRA, VAN_DER_POL, ARENSTORF, FORCED, MLP)
 PROBLEMS = (*CLOSED_FORM, *NONLINEAR)
 
 
 def problem_ids(problems) -> list[str]:
     return [p.name for p in problems]
+
+
+# ----------------------------------------------------------------------------------
+# Gradient references: sensitivities dy(t)/dy0 and dy(t)/dargs, independent of odeckpt
+
+
+@dataclasses.dataclass(frozen=True)
+class Sensitivities:
+    """`y(ts)` and its derivatives, from an independent reference.
+
+    Attributes:
+        ys: `(m, n)`, the solution at the `m` requested times.
+        dy0: `(m, n, n)`, `dy(t_k)/dy0`.
+        dargs: `(m, n, p)`, `dy(t_k)/dp` for `p` the raveled floating `args` (`p = 0`
+            when `args` is `None`).
+        unravel: maps a `(p,)` vector back to a PyTree like `args`.
+    """
+
+    ys: np.ndarray
+    dy0: np.ndarray
+    dargs: np.ndarray
+    unravel: Callable
+
+    def gradient(self, weights) -> tuple[np.ndarray, Any]:
+        """`(dL/dy0, dL/dargs)` of `L = sum(weights * y(ts))`, weights of shape `(m, n)`."""
+        weights = np.asarray(weights)
+        g_y0 = np.einsum("ki,kij->j", weights, self.dy0)
+        g_args = np.einsum("ki,kip->p", weights, self.dargs)
+        return g_y0, jax.tree.map(np.asarray, self.unravel(jnp.asarray(g_args)))
+
+
+def flat_args(problem: ODEProblem) -> tuple[np.ndarray, Callable]:
+    """`args` raveled to a float64 vector (empty for `None`), and its inverse."""
+    flat, unravel = jax.flatten_util.ravel_pytree(
+        jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), problem.args)
+    )
+    return np.asarray(flat), unravel
+
+
+def time_derivative(problem: ODEProblem, t: float) -> np.ndarray:
+    """`dy(t)/dt = f(t, y(t), args)`: the derivative of `y(t1)` with respect to `t1`."""
+    (y,) = reference(problem, [t])
+    return np.asarray(problem.vector_field(t, jnp.asarray(y), problem.args))
+
+
+@functools.cache
+def sensitivities(problem: ODEProblem, ts: tuple[float, ...]) -> Sensitivities:
+    """`y(ts)`, `dy(ts)/dy0`, `dy(ts)/dargs` (cached per problem and times).
+
+    Linear problems: `y = expm(tA) y0`, so `dy/dy0 = expm(tA)` and
+    `dy/dp = L(tA, t dA/dp) y0` with `L` the Fréchet derivative of `expm` (by Van
+    Loan's block-triangular matrix exponential). Other closed forms: `jax.jacfwd` of the formula.
+    Nonlinear problems: the forward-sensitivity system `y' = f`,
+    `(dy/dy0)' = f_y dy/dy0`, `(dy/dp)' = f_y dy/dp + f_p` solved by
+    `solve_ivp(DOP853, rtol=atol=1e-12)`, Jacobians by `jax.jacfwd`.
+    """
+    times = np.asarray(ts, dtype=np.float64)
+    if problem.linear:
+        return _linear_sensitivities(problem, times)
+    if problem.closed_form is not None:
+        return _closed_form_sensitivities(problem, times)
+    return forward_sensitivities(problem, times)
+
+
+def expm_stack(x: np.ndarray) -> np.ndarray:
+    """`expm` of each matrix in a stack `(..., d, d)`: scaling and squaring with a
+    degree-18 Taylor polynomial (truncation < 1e-25 at norm 1/4), in NumPy.
+
+    For many small matrices `scipy.linalg.expm` is ~100x slower once JAX's threads
+    are running (its own BLAS threads contend with them); this is matmuls only.
+    """
+    norm = float(np.max(np.sum(np.abs(x), axis=-2), initial=0.0))
+    squarings = max(0, int(np.ceil(np.log2(norm / 0.25)))) if norm > 0 else 0
+    x = x / 2.0**squarings
+    term = np.broadcast_to(np.eye(x.shape[-1]), x.shape)
+    result = term.copy()
+    for k in range(1, 19):
+        term = term @ x / k
+        result = result + term
+    for _ in range(squarings):
+        result = result @ result
+    return result
+
+
+def _linear_sensitivities(problem: ODEProblem, ts: np.ndarray) -> Sensitivities:
+    """Van Loan's block form of the Fréchet derivative `L(tA, t dA/dp_j)` of `expm`.
+
+    `s_j = dy/dp_j` solves `s_j' = A s_j + (dA/dp_j) y`, `s_j(0) = 0`, so
+    `[s_1, ..., s_p, y](t) = expm(t M) [0, ..., 0, y0]` with `M` block upper
+    triangular: `A` on the diagonal, `dA/dp_j` in the last block column. One matrix
+    exponential per time gives `y`, every `dy/dp_j` and (bottom-right) `dy/dy0`.
+    """
+    p, unravel = flat_args(problem)
+    a = np.asarray(problem.matrix(unravel(jnp.asarray(p))))
+    da = np.asarray(jax.jacfwd(lambda q: problem.matrix(unravel(q)))(jnp.asarray(p)))
+    n, m = a.shape[0], p.size
+    big = np.kron(np.eye(m + 1), a)
+    for j in range(m):
+        big[j * n : (j + 1) * n, m * n :] = da[:, :, j]
+    phi = expm_stack((ts - problem.t0)[:, None, None] * big)  # one per time
+    dy0 = phi[:, m * n :, m * n :]
+    columns = phi[:, : m * n, m * n :] @ problem.y0  # (len(ts), m n): s_1, ..., s_m
+    dargs = columns.reshape(ts.size, m, n).transpose(0, 2, 1)
+    return Sensitivities(dy0 @ problem.y0, dy0, dargs, unravel)
+
+
+def _closed_form_sensitivities(problem: ODEProblem, ts: np.ndarray) -> Sensitivities:
+    p, unravel = flat_args(problem)
+
+    def solution(y0, q):
+        return exact(problem, jnp.asarray(ts), y0, unravel(q))
+
+    y0, q = jnp.asarray(problem.y0), jnp.asarray(p)
+    dy0, dargs = jax.jacfwd(solution, argnums=(0, 1))(y0, q)
+    return Sensitivities(np.asarray(solution(y0, q)), np.asarray(dy0), np.asarray(dargs), unravel)
+
+
+@functools.cache
+def _augmented_field(problem: ODEProblem) -> Callable:
+    """The forward-sensitivity system on `z = [y, vec(dy/dy0), vec(dy/dp)]`, as a
+    NumPy function `(t, z) -> dz/dt` (compiled once per problem)."""
+    q, unravel = flat_args(problem)
+    n, p = problem.y0.size, q.size
+
+    def field(t, z, q):
+        y = z[:n]
+        s_y0 = z[n : n + n * n].reshape(n, n)
+        s_p = z[n + n * n :].reshape(n, p)
+        f = lambda y, q: problem.vector_field(t, y, unravel(q))
+        f_y, f_p = jax.jacfwd(f, argnums=(0, 1))(y, q)
+        return jnp.concatenate([f(y, q), (f_y @ s_y0).reshape(-1), (f_y @ s_p + f_p).reshape(-1)])
+
+    compiled, q_jax = jax.jit(field), jnp.asarray(q)
+    return lambda t, z: np.asarray(compiled(t, z, q_jax))
+
+
+@functools.cache
+def solved_sensitivities(
+    problem: ODEProblem, ts: tuple[float, ...], method: str, tol: float
+) -> Sensitivities:
+    """The forward-sensitivity system solved by `solve_ivp(method)` with steps chosen
+    by the error of `y` alone, at `rtol = atol = tol` (cached).
+
+    The sensitivities ride along uncontrolled, as they do when a solve is
+    differentiated: this is what the tolerance buys for the gradient with that method.
+    (`atol = inf` takes them out of the error norm; `rtol` and `y`'s `atol` are scaled
+    by `sqrt(n / N)` so that SciPy's RMS norm over all `N` components equals the RMS
+    norm over `y`'s `n`.)
+    """
+    return forward_sensitivities(problem, np.asarray(ts, dtype=np.float64), method, tol, True)
+
+
+def forward_sensitivities(
+    problem: ODEProblem,
+    ts: np.ndarray,
+    method: str = "DOP853",
+    tol: float = 1e-12,
+    control_y_only: bool = False,
+) -> Sensitivities:
+    """The forward-sensitivity system solved by `solve_ivp(method, rtol=atol=tol)` (with
+    error control on every component unless `control_y_only`), uncached."""
+    q, unravel = flat_args(problem)
+    n, p = problem.y0.size, q.size
+    field = _augmented_field(problem)
+    z0 = np.concatenate([problem.y0, np.eye(n).reshape(-1), np.zeros(n * p)])
+    rtol, atol = tol, np.full(z0.size, tol)
+    if control_y_only:
+        rtol = tol * np.sqrt(n / z0.size)
+        atol[:n], atol[n:] = rtol, np.inf
+    span = (problem.t0, float(np.max(ts)))
+    if span[1] == span[0]:
+        zs = np.tile(z0, (ts.size, 1))
+    else:
+        sol = scipy.integrate.solve_ivp(
+            field,
+            span,
+            z0,
+            method=method,
+            t_eval=ts,
+            rtol=rtol,
+            atol=atol,
+        )
+        if not sol.success:
+            raise RuntimeError(f"sensitivity reference for {problem.name}: {sol.message}")
+        zs = sol.y.T
+    m = ts.size
+    return Sensitivities(
+        zs[:, :n],
+        zs[:, n : n + n * n].reshape(m, n, n),
+        zs[:, n + n * n :].reshape(m, n, p),
+        unravel,
+    )
