@@ -82,6 +82,13 @@ class _FailureMessages(Sequence):
     def __len__(self) -> int:
         return 2**32
 
+    # Equal messages hash equal, so that `filter_jit` (inside equinox) reuses its trace.
+    def __eq__(self, other) -> bool:
+        return type(other) is _FailureMessages and vars(self) == vars(other)
+
+    def __hash__(self) -> int:
+        return hash((self.span, self.max_steps))
+
     def __getitem__(self, index):  # pyright: ignore[reportIncompatibleMethodOverride]
         index = int(index)
         code = RESULTS(index & (2**_CODE_BITS - 1))

@@ -57,8 +57,11 @@ def diffeqsolve(
         A `Solution`.
 
     Raises:
-        ValueError / TypeError: for malformed input, at trace time.
-        EqxRuntimeError: with `throw=True`, if the solve fails (the message names why).
+        ValueError / TypeError: for malformed input, at trace time (also for bad values,
+            e.g. NaN in `y0`, when they are known at trace time).
+        EquinoxRuntimeError: for bad values known only at run time; and, with
+            `throw=True`, if the solve fails (the message names why, and the time
+            reached). See `docs/errors.md` for every case.
     """
     term = as_term(terms)
     y0 = floating_state(y0)
@@ -69,6 +72,7 @@ def diffeqsolve(
     check_vector_field(term, jnp.asarray(t0, tdtype), y0, args)
     y0 = check_values(y0, args, t0, t1, dt0, ts, stepsize_controller)
     span = (concrete(t0), concrete(t1))  # for error messages, when known at trace time
+    fixed = not any(isinstance(t, jax.core.Tracer) for t in (t0, t1))  # no time derivative
     t0, t1 = jnp.asarray(t0, tdtype), jnp.asarray(t1, tdtype)
     if direction is None or direction < 0:
         sign = jnp.where(t1 >= t0, 1, -1).astype(tdtype) if direction is None else -1.0
@@ -91,7 +95,7 @@ def diffeqsolve(
     out = adjoint.loop(integrator, problem, state0, max_steps)
     if integrator.report is not None:
         integrator.report(tau0, tau1, out.state.t, out.num_steps, final=True)
-    solution = _solution(saveat, integrator, problem, state0, out, t0, t1, sign, y0, dt0)
+    solution = _solution(saveat, integrator, problem, state0, out, t0, t1, sign, y0, dt0, fixed)
     if not throw:
         return solution
     # Thread the error onto every output (not only `ys`): a dense-only solve has no `ys`.
@@ -171,7 +175,7 @@ def _floor(t1):
     return jnp.where(t1 == 0, below_zero, down).astype(t1.dtype)
 
 
-def _solution(saveat, integrator, problem, state0, out, t0, t1, sign, y0, dt0):
+def _solution(saveat, integrator, problem, state0, out, t0, t1, sign, y0, dt0, fixed_times):
     final = out.state
     reached = final.t >= problem.t1
     result = jnp.where(
@@ -196,7 +200,9 @@ def _solution(saveat, integrator, problem, state0, out, t0, t1, sign, y0, dt0):
         ts_parts.append(step_ts * sign)
         ys_parts.append(step_ys)
     if saveat.t1:
-        y1 = _with_time_derivative(problem, out.num_steps, t0, t1, sign, final.y)
+        y1 = final.y
+        if not fixed_times:
+            y1 = _with_time_derivative(problem, out.num_steps, t0, t1, sign, y1)
         ts_parts.append(jnp.where(ok, t1, jnp.inf)[None])
         ys_parts.append(jax.tree.map(lambda y: jnp.where(ok, y, jnp.inf)[None], y1))
     ts = jnp.concatenate(ts_parts) if ts_parts else None
