@@ -83,7 +83,7 @@ ADJOINTS = {
 SOLVERS = {"bosh3": oc.Bosh3(), "tsit5": oc.Tsit5(), "dopri5": oc.Dopri5(), "dopri8": oc.Dopri8()}
 MAX_STEPS = {"bosh3": 8192, "tsit5": 1024, "dopri5": 1024, "dopri8": 1024}
 SAVES = ("t1", "ts", "steps")
-# SciPy's method of the same order, for the yardstick (module docstring).
+# SciPy's method of the same order, for the budget (module docstring).
 YARDSTICK = {"bosh3": "RK23", "tsit5": "RK45", "dopri5": "RK45", "dopri8": "DOP853"}
 
 
@@ -135,7 +135,8 @@ def _loss(y0, args, t1, problem, solver, adjoint, save):
 
 @functools.partial(jax.jit, static_argnums=(3, 4, 5, 6, 7))
 def _gradient(y0, args, t1, problem, solver, adjoint, save, argnums):
-    """`(dL/d(y0, args, t1)[argnums], saved times)`, forward mode for `ForwardMode`."""
+    """`(dL/d(y0, args, t1)[argnums], (saved times, saved states))`; forward mode for
+    `ForwardMode`, reverse mode otherwise. Compiled once per problem and configuration."""
     if isinstance(adjoint, oc.ForwardMode):
         derivative = jax.jacfwd(_loss, argnums=argnums, has_aux=True)
     else:
