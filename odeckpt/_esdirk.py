@@ -19,8 +19,8 @@ which a restored checkpoint cannot reproduce.
 **Failure.** If a stage does not converge even after the refresh, the step returns
 `y_error = inf` and a NaN `y1`: an adaptive controller rejects the step and shrinks
 `dt` (Newton always converges for small enough `dt`); the controller's `dtmin` and
-`max_steps` bound how far. With `ConstantStepSize` the NaN ends the solve with
-`RESULTS.nonfinite_state`.
+`max_steps` bound how far. With `ConstantStepSize` the failed step ends the solve with
+`RESULTS.implicit_solve_failed`.
 
 **Derivatives.** Each stage is differentiated by the implicit function theorem
 (`lax.custom_root`), not through the Newton iterations: reverse mode costs one
@@ -39,6 +39,7 @@ import jax.numpy as jnp
 from . import _linalg as la, _stiff_tableaux as tab
 from ._interpolation import hermite_coeffs
 from ._newton import NewtonOptions, Stage, solve_stage
+from ._results import RESULTS
 from ._solvers import AbstractSolver, StepOutput
 
 
@@ -101,7 +102,8 @@ class AbstractESDIRK(AbstractSolver):
         coeffs = None
         if dense:
             coeffs = la.unravel_rows(flat, hermite_coeffs(flat.y, y1, ks[0], ks[-1], h))
-        return StepOutput(flat.unravel(y1), flat.unravel(error), (), coeffs)
+        failure = jnp.where(converged, RESULTS.successful, RESULTS.implicit_solve_failed)
+        return StepOutput(flat.unravel(y1), flat.unravel(error), (), coeffs, failure)
 
 
 def _stages(tableau: tab.EsdirkTableau, flat: la.Flat, problem, t0, dt, options):

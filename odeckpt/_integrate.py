@@ -132,7 +132,10 @@ class Integrator(eqx.Module):
         finite = _all_finite((out.y1, out.state))
         accepted = decision.accept & finite if replay is None else replay.accepted
         failed = decision.accept & ~finite
-        result = jnp.where(failed, RESULTS.nonfinite_state, decision.result)
+        cause = RESULTS.nonfinite_state
+        if out.failure is not None:  # the step's own solve failed (implicit methods)
+            cause = jnp.where(out.failure != RESULTS.successful, out.failure, cause)
+        result = jnp.where(failed, cause, decision.result)
         t = jnp.where(accepted, state.t_next, t0)
         t_next = self._next_time(problem, t, decision, accepted)
         if replay is not None:

@@ -22,6 +22,7 @@ class RESULTS(enum.IntEnum):
     dt_min_reached = 2
     nonfinite_state = 3
     backsolve_diverged = 4
+    implicit_solve_failed = 5
 
     @property
     def message(self) -> str:
@@ -48,6 +49,11 @@ _MESSAGES = {
         "left the forward solution (the system is too strongly damped to be integrated "
         "backwards). Use `InterpolatingAdjoint()` or `CheckpointAdjoint()` instead."
     ),
+    RESULTS.implicit_solve_failed: (
+        "An implicit stage's Newton iteration did not converge, even after refreshing "
+        "the Jacobian. Use an adaptive step size controller (a failed step is then "
+        "rejected and retried smaller), a smaller `dt0`, or a larger `max_iters`."
+    ),
 }
 
 # What a failed forward solve names first; `{where}` becomes "t = 0.42 of [0, 10]".
@@ -56,6 +62,7 @@ _CAUSES = {
     RESULTS.dt_min_reached: "Step size below `dtmin` at {where}.",
     RESULTS.nonfinite_state: "Non-finite state (NaN or inf) in the step from {where}.",
     RESULTS.backsolve_diverged: "Backward reconstruction diverged.",
+    RESULTS.implicit_solve_failed: "Newton iteration failed in the step from {where}.",
 }
 
 _CODE_BITS = 3  # the result code lives in the low bits of the error index

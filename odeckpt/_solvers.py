@@ -22,12 +22,15 @@ class StepOutput(eqx.Module):
         state: the solver state after the step (for Runge–Kutta methods the vector
             field at `(t0 + dt, y1)`, reused as the next step's first stage).
         coeffs: dense-output polynomial coefficients (see `DenseStep`).
+        failure: for implicit methods, a `RESULTS` code saying why `y1` could not be
+            computed (`0` when it was); `None` for methods that cannot fail.
     """
 
     y1: Y
     y_error: Y | None
     state: PyTree
     coeffs: Y
+    failure: jax.Array | None = None
 
 
 def _combine(y0: Y, dt, weights, ks) -> Y:

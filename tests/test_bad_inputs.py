@@ -52,6 +52,10 @@ def _grad(fn, *args):
     return jax.grad(fn)(*args)
 
 
+def _cubic_decay(t, y, args):
+    return -1e3 * y**3
+
+
 def _nan_after_half(t, y, args):
     return jnp.where(t > 0.5, jnp.nan, -y)
 
@@ -281,6 +285,10 @@ FAILED = [
     Case("NaN or inf produced mid-solve", "equinox.EquinoxRuntimeError",
          "Non-finite state (NaN or inf) in the step from t = 0.4 of [0, 1].",
          lambda: _solve(f=_nan_after_half)),
+    Case("Newton iteration not converging, constant steps", "equinox.EquinoxRuntimeError",
+         "Newton iteration failed in the step from t = 0 of [0, 1]. An implicit stage's",
+         lambda: _solve(f=_cubic_decay, solver=oc.Kvaerno3(max_iters=2), dt0=0.5,
+                        y0=jnp.asarray([10.0]))),
 ]  # fmt: skip
 
 CASES = STATE + VECTOR_FIELD + TIMES + SAVEAT + OPTIONS + ADJOINTS + FAILED

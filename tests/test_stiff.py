@@ -427,7 +427,8 @@ def test_newton_failure_rejects_the_step():
     assert int(adaptive.result) == oc.RESULTS.successful
     constant = oc.diffeqsolve(van_der_pol, solver, 0.0, 1.0, 0.5, y0, 1000.0,
                               max_steps=256, throw=False)  # fmt: skip
-    assert int(constant.result) == oc.RESULTS.nonfinite_state
+    assert int(constant.result) == oc.RESULTS.implicit_solve_failed
+    assert np.all(np.isinf(np.asarray(constant.ys)))  # nothing past the failed step
 
 
 def test_esdirk_options_are_validated():
