@@ -23,6 +23,7 @@ class RESULTS(enum.IntEnum):
     nonfinite_state = 3
     backsolve_diverged = 4
     implicit_solve_failed = 5
+    invalid_input = 6
 
     @property
     def message(self) -> str:
@@ -54,6 +55,11 @@ _MESSAGES = {
         "the Jacobian. Use an adaptive step size controller (a failed step is then "
         "rejected and retried smaller), a smaller `dt0`, or a larger `max_iters`."
     ),
+    RESULTS.invalid_input: (
+        "An input value checked at run time was invalid (NaN or inf in `y0`, `args`, `t0` "
+        "or `t1`; `dt0` of the wrong sign; `SaveAt(ts)` outside `[t0, t1]`; a tolerance "
+        "<= 0), so nothing was solved. Run with `throw=True` to raise which one."
+    ),
 }
 
 # What a failed forward solve names first; `{where}` becomes "t = 0.42 of [0, 10]".
@@ -63,6 +69,7 @@ _CAUSES = {
     RESULTS.nonfinite_state: "Non-finite state (NaN or inf) in the step from {where}.",
     RESULTS.backsolve_diverged: "Backward reconstruction diverged.",
     RESULTS.implicit_solve_failed: "Newton iteration failed in the step from {where}.",
+    RESULTS.invalid_input: "Invalid input value (nothing solved, at {where}).",
 }
 
 _CODE_BITS = 3  # the result code lives in the low bits of the error index

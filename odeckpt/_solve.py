@@ -71,7 +71,7 @@ def diffeqsolve(
     direction = _direction(t0, t1, dt0)  # from the raw values: jnp.asarray traces under jit
     ts = None if saveat.ts is None else _check_ts(saveat.ts, t0, t1)
     check_vector_field(term, jnp.asarray(t0, tdtype), y0, args)
-    y0 = check_values(y0, args, t0, t1, dt0, ts, stepsize_controller)
+    y0, invalid = check_values(y0, args, t0, t1, dt0, ts, stepsize_controller, throw)
     span = (concrete(t0), concrete(t1))  # for error messages, when known at trace time
     fixed = not any(isinstance(t, jax.core.Tracer) for t in (t0, t1))  # no time derivative
     t0, t1 = jnp.asarray(t0, tdtype), jnp.asarray(t1, tdtype)
@@ -91,6 +91,9 @@ def diffeqsolve(
     )  # fmt: skip
     dt0 = None if dt0 is None else jnp.asarray(dt0, tdtype) * sign
     state0 = integrator.init(problem, tau0, y0, dt0)
+    if invalid is not None:  # with `throw=False`: a bad input value stops the solve at t0
+        code = jnp.where(invalid, RESULTS.invalid_input, state0.result).astype(jnp.int32)
+        state0 = eqx.tree_at(lambda s: s.result, state0, code)
     if isinstance(adjoint, AbstractContinuousAdjoint):
         adjoint = adjoint.with_throw(throw)
     out = adjoint.loop(integrator, problem, state0, max_steps)

@@ -106,11 +106,14 @@ def check_vector_field(term, t0, y0, args) -> None:
             )
 
 
-def check_values(y0, args, t0, t1, dt0, ts, controller):
-    """`y0`, with the value checks of every input threaded onto it.
+def check_values(y0, args, t0, t1, dt0, ts, controller, throw: bool):
+    """`(y0, invalid)`: the value checks of every input.
 
     Each check runs now when its inputs are concrete (raising `ValueError`), else at run
-    time: one `eqx.branched_error_if` raising the message of the first failed check."""
+    time. There, with `throw`, one `eqx.branched_error_if` threaded onto `y0` raises the
+    message of the first failed check (and `invalid` is None); without, `invalid` is
+    whether any check failed (None when nothing is checked at run time), for the solve
+    to report as `RESULTS.invalid_input`."""
     pending = []
     for inputs, bad, message in _value_checks(y0, args, t0, t1, dt0, ts, controller):
         values = [concrete(x) for x in inputs]
@@ -120,10 +123,12 @@ def check_values(y0, args, t0, t1, dt0, ts, controller):
         else:
             pending.append((bad(jnp, *[jnp.asarray(x) for x in inputs]), message))
     if not pending:
-        return y0
+        return y0, None
     failed = jnp.stack([jnp.asarray(p) for p, _ in pending])
+    if not throw:
+        return y0, jnp.any(failed)
     messages = [m + " (checked at run time)" for _, m in pending]
-    return eqx.branched_error_if(y0, jnp.any(failed), jnp.argmax(failed), messages)
+    return eqx.branched_error_if(y0, jnp.any(failed), jnp.argmax(failed), messages), None
 
 
 def _nonfinite(xp, x):

@@ -143,6 +143,26 @@ def test_nonfinite_y0_in_a_batch_raises(jit):
         jax.block_until_ready(solve(y0))
 
 
+def test_bad_traced_values_without_throw_set_invalid_input():
+    y0 = jnp.asarray([[1.0, 2.0], [jnp.nan, 1.0]])
+    solve = jax.jit(jax.vmap(lambda y0: _solve(y0=y0, throw=False)))
+    sol = solve(y0)
+    np.testing.assert_array_equal(sol.result, [oc.RESULTS.successful, oc.RESULTS.invalid_input])
+    np.testing.assert_allclose(sol.ys[0], DECAY.y0[None] * np.exp(-1.0), rtol=1e-6)
+    assert np.all(np.isinf(np.asarray(sol.ys[1])))
+    np.testing.assert_array_equal(sol.stats["num_steps"], [10, 0])
+
+
+def test_throw_false_compiles_no_callback():
+    def solve(y0, k, dt0, ts):
+        saveat = oc.SaveAt(ts=ts, t1=True)
+        return oc.diffeqsolve(lambda t, y, k: -k * y, oc.Tsit5(), 0.0, 1.0, dt0, y0, args=k,
+                              saveat=saveat, throw=False).ys  # fmt: skip
+
+    args = (jnp.ones(2), jnp.asarray(0.5), jnp.asarray(0.1), jnp.asarray([0.5]))
+    assert "callback" not in jax.jit(solve).lower(*args).as_text()
+
+
 def test_args_leaves_that_are_not_floating_arrays_are_not_checked():
     sol = oc.diffeqsolve(lambda t, y, a: -a["k"] * a["g"](y), oc.Tsit5(), 0.0, 1.0, 0.1,
                          jnp.ones(2), args={"k": 1.0, "g": jnp.tanh, "n": 3})  # fmt: skip
