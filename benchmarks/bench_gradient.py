@@ -40,6 +40,7 @@ from _problems import PROBLEMS
 
 import odeckpt as oc
 from odeckpt import schedules
+from odeckpt._adjoints import useful_checkpoints
 
 DEFAULT = "default"  # a checkpoint count meaning "the library's default adjoint"
 LIBS = ("odeckpt", "diffrax")
@@ -107,12 +108,13 @@ def num_checkpoints(lib: str, setup: Setup, y0, c) -> int | str:
         return int(np.floor(-1.5 + np.sqrt(2 * setup.max_steps + 0.25))) + 1
     # odeckpt's rule (CheckpointAdjoint.num_checkpoints): every state if max_steps solver
     # states (y, f(t, y) and ~53 bytes of scalars) fit the budget, else as many
-    # checkpoints (y and the scalars) as fit.
+    # checkpoints (y and the scalars) as fit, at most `useful_checkpoints(max_steps)`.
     scalars = 53
     budget = oc.CheckpointAdjoint().memory_budget_bytes()
     if setup.max_steps * (2 * y0.nbytes + scalars) <= budget:
         return "all"
-    return int(min(max(budget // (y0.nbytes + scalars), 2), setup.max_steps - 1))
+    fit = min(max(budget // (y0.nbytes + scalars), 2), setup.max_steps - 1)
+    return int(min(fit, max(useful_checkpoints(setup.max_steps), 2)))
 
 
 # ----------------------------------------------------------------------------------
@@ -499,11 +501,10 @@ def overhead_table(quick: bool, n: int = 4000) -> Table:
     setup, params = fixed_setup(n), (LINEAR_Y0, LINEAR_A)
     cs = (16, 64) if quick else (16, 64, 256)
     vf = counted(linear)
-    evals, loop_iters, fns = {}, {}, {}
+    evals, fns = {}, {}
     for c in cs:
         plan = schedules.online_plan(n, c)
         evals[("odeckpt", c)] = plan.total - n
-        loop_iters[c] = plan.total - n + _restores(plan)
         dfx_vf = count_calls(make_grad("diffrax", setup, c, vf), params)
         evals[("diffrax", c)] = (dfx_vf - 1) / 6 - n
         for lib in LIBS:
@@ -531,8 +532,7 @@ def overhead_table(quick: bool, n: int = 4000) -> Table:
             rows.append([
                 lib, str(c), seconds_cell(med[f"{lib} fwd {c}"]),
                 seconds_cell(med[f"{lib} grad {c}"]),
-                f"{evals[(lib, c)]:.0f}"
-                + (f" ({loop_iters[c]} loop iterations)" if lib == "odeckpt" else ""),
+                f"{evals[(lib, c)]:.0f}",
                 seconds_cell(per_eval(lib, c)), cell,
             ])  # fmt: skip
     columns = [

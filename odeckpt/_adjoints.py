@@ -4,11 +4,22 @@ import equinox as eqx
 import jax
 import numpy as np
 
+from . import schedules
 from ._integrate import Integrator, Problem, State
 from ._loops import LoopOutput, checkpointed_loop, forward_loop
 
 DEFAULT_MEMORY_BUDGET = 128 * 2**20
 """Bytes of stored states that `CheckpointAdjoint(checkpoints=None)` may use."""
+
+
+def useful_checkpoints(max_steps: int) -> int:
+    """The least c with `beta(c, 2) = (c + 1)(c + 2) / 2 >= max_steps`: with c
+    checkpoints any solve of up to `max_steps` steps is reversed with repetition number
+    at most 2: about one extra evaluation per step (`schedules.beta`)."""
+    c = 1
+    while schedules.beta(c, 2) < max_steps:
+        c += 1
+    return c
 
 
 def _nbytes(tree) -> int:
@@ -40,9 +51,15 @@ class CheckpointAdjoint(AbstractAdjoint):
     Args:
         checkpoints: how many states to store. `None` sizes it from `memory_budget`:
             if `max_steps` full solver states fit, every state is stored (the fastest
-            reverse pass: no recomputation); otherwise as many checkpoints as fit,
-            each holding `y` and a few scalars (the first stage is recomputed on
-            restore, one vector-field evaluation).
+            reverse pass: no recomputation). Otherwise
+            `min(checkpoints that fit, useful_checkpoints(max_steps))`, each holding
+            `y` and a few scalars (the first stage is recomputed on restore, one
+            vector-field evaluation), where `useful_checkpoints(max_steps)` is the
+            least c with `(c + 1)(c + 2) / 2 >= max_steps` (90 for 4096): enough to
+            reverse any solve with about one extra step evaluation per step. More
+            would save at most that evaluation, while every checkpoint
+            slot is allocated (and zero-filled) by each gradient: with large states
+            that memory traffic costs more than the recomputation it saves.
         memory_budget: bytes for stored states when `checkpoints=None` (default
             128 MiB).
 
@@ -85,7 +102,8 @@ class CheckpointAdjoint(AbstractAdjoint):
         if max_steps * _nbytes(state0) <= budget:
             return max_steps
         per_checkpoint = max(_nbytes(integrator.compress(state0)), 1)
-        return int(min(max(budget // per_checkpoint, 2), max_steps - 1))
+        fit = min(max(budget // per_checkpoint, 2), max_steps - 1)
+        return int(min(fit, max(useful_checkpoints(max_steps), 2)))
 
     def loop(self, integrator, problem, state0, max_steps):
         if max_steps is None:

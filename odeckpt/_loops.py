@@ -12,6 +12,12 @@ the optimal offline binomial plan inside each interval between stored states. Ea
 step is reversed by one `jax.vjp` of the step: one re-evaluation and its transpose.
 When `checkpoints >= max_steps` every state is stored and the backward pass is a plain
 reverse sweep.
+
+Both passes work a window of `_WINDOW` consecutive steps at a time (see the comment
+above `_WINDOW`): the loops that run once per step touch only the window's recorded
+decisions and checkpoints, and the max_steps-long buffers are read and written once
+per window. The backward pass keeps the plan's order of actions exactly, so it
+performs the evaluations `odeckpt.schedules.online_plan` counts.
 """
 
 import functools as ft
@@ -187,71 +193,16 @@ def _pullback(body: LoopBody, theta, state, linearised, ct_new, ct_buffers):
 
 # ----------------------------------------------------------------------------------
 # The checkpointed loop
+#
+# XLA's CPU runtime runs a while loop's body inline, without dispatching each kernel to
+# its thread pool, only when the body is tiny or every buffer it touches is small (512
+# bytes). So the loops that run once per step (forward steps, backward advances and
+# reversals) touch only the state, the outputs, and a window of `_WINDOW` steps'
+# recorded decisions and checkpoints; the max_steps-long buffers and the checkpoint
+# slots are read and written by an outer loop, once per window. (The forward and
+# backward passes share these helpers and records, hence one module over ~300 lines.)
 
-
-class _Plan(eqx.Module):
-    """Integer bookkeeping of the backward pass (mirrors `odeckpt.schedules`)."""
-
-    b: jax.Array  # steps b-1, ..., 0 remain to be reversed
-    cur_pos: jax.Array  # position of the state in hand; -1: none
-    target: jax.Array  # advancing towards this position; -1: none
-    push: jax.Array  # store the state on arrival at target
-    count: jax.Array  # live checkpoints on the stack
-    stack_pos: jax.Array  # (c,) positions, ascending
-    stack_slot: jax.Array  # (c,) slot holding each
-
-
-_RESTORE, _ADVANCE, _REVERSE = 0, 1, 2
-
-
-def _plan_action(plan: _Plan, c: int, betas: jax.Array):
-    """Choose this iteration's action; set a new advance target when one is needed."""
-    top = plan.stack_pos[plan.count - 1]
-    action = jnp.where(
-        plan.cur_pos < 0, _RESTORE, jnp.where(plan.cur_pos == plan.b - 1, _REVERSE, _ADVANCE)
-    )
-    fresh = (action == _ADVANCE) & (plan.target <= plan.cur_pos)
-    length = plan.b - top
-    snaps = c - plan.count + 1
-    split = sj.revolve_split_from_table(length, snaps, betas)
-    m = jnp.where(snaps > 1, split, length - 1)
-    target = jnp.where(fresh, top + m, plan.target)
-    push = jnp.where(fresh, snaps > 1, plan.push)
-    return action, eqx.tree_at(lambda p: (p.target, p.push), plan, (target, push))
-
-
-def _after_reverse(plan: _Plan, c: int) -> _Plan:
-    b = plan.b - 1
-    pop = plan.stack_pos[plan.count - 1] == b
-    count = plan.count - pop
-    return eqx.tree_at(
-        lambda p: (p.b, p.cur_pos, p.target, p.count),
-        plan,
-        (b, jnp.asarray(-1), jnp.asarray(-1), count),
-    )
-
-
-def _after_advance(plan: _Plan, slot_free_index):
-    cur_pos = plan.cur_pos + 1
-    arrived = cur_pos == plan.target
-    store = arrived & plan.push
-    idx = plan.count
-    stack_pos = jnp.where(store, plan.stack_pos.at[idx].set(cur_pos, mode="drop"), plan.stack_pos)
-    stack_slot = jnp.where(
-        store, plan.stack_slot.at[idx].set(slot_free_index, mode="drop"), plan.stack_slot
-    )
-    plan = eqx.tree_at(
-        lambda p: (p.cur_pos, p.count, p.stack_pos, p.stack_slot, p.target),
-        plan,
-        (cur_pos, plan.count + store, stack_pos, stack_slot, jnp.where(arrived, -1, plan.target)),
-    )
-    return plan, store
-
-
-def _free_slot(plan: _Plan, c: int):
-    live = jnp.where(jnp.arange(c) < plan.count, plan.stack_slot, c)
-    used = jnp.zeros((c,), bool).at[live].set(True, mode="drop")
-    return jnp.argmin(used).astype(jnp.int32)
+_WINDOW = 32  # steps per window: a window of a 2-D state's leaves stays within 512 bytes
 
 
 def _index(tree, i):
@@ -262,6 +213,20 @@ def _store(buffer, i, value):
     return jax.tree.map(lambda b, v: b.at[i].set(v, mode="drop"), buffer, value)
 
 
+def _window(buffer, i):
+    """Rows `i, ..., i + _WINDOW - 1` of a buffer padded by `_WINDOW` rows."""
+    return jax.tree.map(lambda b: lax.dynamic_slice_in_dim(b, i, _WINDOW), buffer)
+
+
+def _flush(buffer, i, window):
+    """Write a window into rows `i, ..., i + _WINDOW - 1` of a padded buffer."""
+    return jax.tree.map(lambda b, w: lax.dynamic_update_slice_in_dim(b, w, i, 0), buffer, window)
+
+
+def _stack_like(tree, size):
+    return jax.tree.map(lambda x: jnp.zeros((size, *jnp.shape(x)), x.dtype), tree)
+
+
 def _materialize(ct, like):
     return jax.tree.map(lambda c, x: jnp.zeros_like(x) if c is None else c, ct, like,
                         is_leaf=lambda c: c is None)  # fmt: skip
@@ -269,8 +234,8 @@ def _materialize(ct, like):
 
 class _Residuals(eqx.Module):
     n: jax.Array
-    decisions: object  # per step, what `body.replay` recorded
-    store: object  # every state (fast path), or None
+    decisions: object  # per step, what `body.replay` recorded; `_WINDOW` rows of padding
+    store: object  # every state (fast path), padded like `decisions`; or None
     slots: object  # compressed checkpoints (online path), or None
     slot_pos: jax.Array | None
 
@@ -301,27 +266,8 @@ def _checkpointed_fwd(perturbed, vjp_arg, body, max_steps, checkpoints):
     return _forward_online(body, theta, state0, max_steps, checkpoints)
 
 
-def _forward_store_all(body, theta, state0, max_steps):
-    store = _stack_like(state0, max_steps)
-    decisions = _stack_like(_replay_like(body, theta, state0), max_steps)
-
-    def step(carry):
-        state, buffers, i, store, decisions = carry
-        _report(body, theta, state0, state, i)
-        store = _store(store, i, state)
-        new, record, accepted = body.step(theta, state)
-        decisions = _store(decisions, i, body.replay(new, accepted))
-        return new, _write(body, theta, state, new, record, buffers), i + 1, store, decisions
-
-    init = (state0, _empty_buffers(body, theta, state0), jnp.asarray(0, jnp.int32),
-            store, decisions)  # fmt: skip
-    cond = lambda carry: _keep_going(body, theta, max_steps, carry[0], carry[2])  # noqa: E731
-    state, buffers, n, store, decisions = lax.while_loop(cond, step, init)
-    return LoopOutput(state, buffers, n), _Residuals(n, decisions, store, None, None)
-
-
-def _stack_like(tree, size):
-    return jax.tree.map(lambda x: jnp.zeros((size, *jnp.shape(x)), x.dtype), tree)
+# ----------------------------------------------------------------------------------
+# The forward pass, in runs of at most `_WINDOW` steps
 
 
 def _replay_like(body, theta, state0):
@@ -332,47 +278,123 @@ def _replay_like(body, theta, state0):
     return eqx.filter_eval_shape(fn, theta, state0)
 
 
+def _run(body, theta, state0, state, buffers, i, length, keep_states):
+    """Up to `length <= _WINDOW` steps from step i; returns the state, the outputs, the
+    number of steps taken, and a window of their decisions (and states if asked)."""
+    decisions = _stack_like(_replay_like(body, theta, state), _WINDOW)
+    states = _stack_like(state, _WINDOW) if keep_states else None
+
+    def cond(carry):
+        state, _, j, _, _ = carry
+        return (j < length) & body.cond(theta, state)
+
+    def step(carry):
+        state, buffers, j, decisions, states = carry
+        _report(body, theta, state0, state, i + j)
+        if keep_states:
+            states = _store(states, j, state)
+        new, record, accepted = body.step(theta, state)
+        decisions = _store(decisions, j, body.replay(new, accepted))
+        buffers = _write(body, theta, state, new, record, buffers)
+        return new, buffers, j + 1, decisions, states
+
+    init = (state, buffers, jnp.asarray(0, jnp.int32), decisions, states)
+    return lax.while_loop(cond, step, init)
+
+
+def _forward_store_all(body, theta, state0, max_steps):
+    store = _stack_like(state0, max_steps + _WINDOW)
+    decisions = _stack_like(_replay_like(body, theta, state0), max_steps + _WINDOW)
+
+    def chunk(carry):
+        state, buffers, i, store, decisions = carry
+        length = jnp.minimum(max_steps - i, _WINDOW)
+        state, buffers, k, window, states = _run(
+            body, theta, state0, state, buffers, i, length, keep_states=True
+        )
+        return state, buffers, i + k, _flush(store, i, states), _flush(decisions, i, window)
+
+    init = (state0, _empty_buffers(body, theta, state0), jnp.asarray(0, jnp.int32),
+            store, decisions)  # fmt: skip
+    cond = lambda carry: _keep_going(body, theta, max_steps, carry[0], carry[2])  # noqa: E731
+    state, buffers, n, store, decisions = lax.while_loop(cond, chunk, init)
+    return LoopOutput(state, buffers, n), _Residuals(n, decisions, store, None, None)
+
+
 _TABLE_LIMIT = 2**19  # max_steps * c up to which the online slots are planned in Python
 
 
 @ft.lru_cache(maxsize=32)
-def _online_table(c: int, max_steps: int) -> np.ndarray:
-    return np.asarray(schedules.online_slots(max_steps, c), np.int32)
+def _online_table(c: int, max_steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per step i: the slot to store state i in (-1: none), the distance `k <= _WINDOW`
+    to the next step that stores (or `_WINDOW`), and that step's slot."""
+    slots = np.asarray(schedules.online_slots(max_steps, c), np.int32)
+    padded = np.concatenate([slots, np.full(_WINDOW + 1, -1, np.int32)])
+    gaps = np.full(max_steps, _WINDOW, np.int32)
+    for i in range(max_steps - 1, -1, -1):
+        if padded[i + 1] >= 0:
+            gaps[i] = 1
+        elif i + 1 < max_steps:
+            gaps[i] = min(gaps[i + 1] + 1, _WINDOW)
+    return slots, gaps, padded[np.arange(max_steps) + gaps]
 
 
-def _online_slot(c: int, max_steps: int):
-    """`(init, decide)`: the online placement as a constant table when it is cheap to
-    plan at trace time (nothing to compile), else the traced decision function."""
+def _online_schedule(c: int, max_steps: int):
+    """`(first, ahead)`: the online placement. `first` is `(online, slot of state 0)`;
+    `ahead(online, i)` returns `(online, k, slot)`, where step `i + k` (`k <= _WINDOW`)
+    is the next to store, into `slot`, or `k = _WINDOW` and `slot = -1`. A constant
+    table when it is cheap to plan at trace time, else the traced decisions."""
     if max_steps * c <= _TABLE_LIMIT:
-        table = _online_table(c, max_steps)
-        return jnp.zeros((), jnp.int32), lambda state, i: (state, jnp.asarray(table)[i])
-    return sj.online_init(c), sj.online_decide
+        slots, gaps, next_slots = (jnp.asarray(t) for t in _online_table(c, max_steps))
+        ahead = lambda online, i: (online, gaps[i], next_slots[i])  # noqa: E731
+        return (jnp.zeros((), jnp.int32), slots[0]), ahead
+
+    def ahead(online, i):
+        def cond(carry):
+            _, k, slot = carry
+            return (slot < 0) & (k < _WINDOW)
+
+        def decide(carry):
+            online, k, _ = carry
+            online, slot = sj.online_decide(online, i + k + 1)
+            return online, k + 1, slot
+
+        return lax.while_loop(
+            cond, decide, (online, jnp.asarray(0, jnp.int32), jnp.asarray(-1, jnp.int32))
+        )
+
+    return sj.online_decide(sj.online_init(c), 0), ahead
 
 
 def _forward_online(body, theta, state0, max_steps, c):
-    slots = _stack_like(body.compress(state0), c)
-    decisions = _stack_like(_replay_like(body, theta, state0), max_steps)
-    online0, decide = _online_slot(c, max_steps)
+    decisions = _stack_like(_replay_like(body, theta, state0), max_steps + _WINDOW)
+    (online, slot), ahead = _online_schedule(c, max_steps)
 
-    def step(carry):
-        state, buffers, i, online, slots, positions, decisions = carry
-        _report(body, theta, state0, state, i)
-        online, slot = decide(online, i)
+    def chunk(carry):
+        state, buffers, i, online, slot, slots, positions, decisions = carry
         slot = jnp.where(slot >= 0, slot, c)
         slots = _store(slots, slot, body.compress(state))
         positions = positions.at[slot].set(i, mode="drop")
-        new, record, accepted = body.step(theta, state)
-        decisions = _store(decisions, i, body.replay(new, accepted))
-        buffers = _write(body, theta, state, new, record, buffers)
-        return new, buffers, i + 1, online, slots, positions, decisions
+        online, length, slot = ahead(online, i)
+        length = jnp.minimum(length, max_steps - i)
+        state, buffers, k, window, _ = _run(
+            body, theta, state0, state, buffers, i, length, keep_states=False
+        )
+        decisions = _flush(decisions, i, window)
+        return state, buffers, i + k, online, slot, slots, positions, decisions
 
+    slots = _stack_like(body.compress(state0), c)
     positions = jnp.full((c,), -1, jnp.int32)
     init = (state0, _empty_buffers(body, theta, state0), jnp.asarray(0, jnp.int32),
-            online0, slots, positions, decisions)  # fmt: skip
+            online, slot, slots, positions, decisions)  # fmt: skip
     cond = lambda carry: _keep_going(body, theta, max_steps, carry[0], carry[2])  # noqa: E731
-    state, buffers, n, _, slots, positions, decisions = lax.while_loop(cond, step, init)
+    state, buffers, n, _, _, slots, positions, decisions = lax.while_loop(cond, chunk, init)
     residuals = _Residuals(n, decisions, None, slots, positions)
     return LoopOutput(state, buffers, n), residuals
+
+
+# ----------------------------------------------------------------------------------
+# The backward pass
 
 
 @_checkpointed.def_bwd
@@ -381,22 +403,41 @@ def _checkpointed_bwd(residuals, grad_obj, perturbed, vjp_arg, body, max_steps, 
     out_like = eqx.filter_eval_shape(forward_loop, body, theta, state0, max_steps)
     ct_state = eqx.filter(_materialize(grad_obj.state, out_like.state), _is_diff)
     ct_buffers = _materialize(grad_obj.buffers, out_like.buffers)
-    backward = _backward_store_all if residuals.store is not None else _backward_online
-    ct_th, ct_st = backward(body, theta, residuals, ct_state, ct_buffers, checkpoints)
-    return ct_th, ct_st
+    if residuals.store is not None:
+        return _backward_store_all(body, theta, residuals, ct_state, ct_buffers)
+    return _backward_online(body, theta, residuals, ct_state, ct_buffers, checkpoints)
 
 
-def _backward_store_all(body, theta, res: _Residuals, ct_state, ct_buffers, c):
-    def step(carry):
-        i, ct_th, ct_st = carry
-        i = i - 1
-        state, replay = _index(res.store, i), _index(res.decisions, i)
-        d_th, ct_st = reverse_step(body, theta, state, replay, ct_st, ct_buffers)
-        return i, _add(ct_th, d_th), ct_st
+def _backward_store_all(body, theta, res: _Residuals, ct_state, ct_buffers):
+    """A plain reverse sweep, a window of stored states at a time."""
+
+    def chunk(carry):
+        b, ct_th, ct_st = carry
+        start = jnp.maximum(b - _WINDOW, 0)
+        states, decisions = _window(res.store, start), _window(res.decisions, start)
+
+        def step(j, carry):
+            ct_th, ct_st = carry
+            i = b - 1 - j - start
+            d_th, ct_st = reverse_step(
+                body, theta, _index(states, i), _index(decisions, i), ct_st, ct_buffers
+            )
+            return _add(ct_th, d_th), ct_st
+
+        return (start, *lax.fori_loop(0, b - start, step, (ct_th, ct_st)))
 
     init = (res.n, _zeros(eqx.filter(theta, _is_diff)), ct_state)
-    _, ct_th, ct_st = lax.while_loop(lambda carry: carry[0] > 0, step, init)
+    _, ct_th, ct_st = lax.while_loop(lambda carry: carry[0] > 0, chunk, init)
     return ct_th, ct_st
+
+
+class _Plan(eqx.Module):
+    """The checkpoint stack of the backward pass (mirrors `odeckpt.schedules`)."""
+
+    b: jax.Array  # steps b-1, ..., 0 remain to be reversed
+    count: jax.Array  # live checkpoints on the stack
+    stack_pos: jax.Array  # (c,) positions, ascending
+    stack_slot: jax.Array  # (c,) slot holding each
 
 
 def _initial_plan(res: _Residuals, c: int) -> _Plan:
@@ -404,57 +445,164 @@ def _initial_plan(res: _Residuals, c: int) -> _Plan:
     valid = res.slot_pos >= 0
     order = jnp.argsort(jnp.where(valid, res.slot_pos, jnp.iinfo(jnp.int32).max))
     count = jnp.sum(valid).astype(jnp.int32)
-    minus = jnp.asarray(-1, jnp.int32)
-    return _Plan(
-        b=res.n, cur_pos=minus, target=minus, push=jnp.asarray(False), count=count,
-        stack_pos=jnp.where(jnp.arange(c) < count, res.slot_pos[order], -1).astype(jnp.int32),
-        stack_slot=order.astype(jnp.int32),
-    )  # fmt: skip
+    stack_pos = jnp.where(jnp.arange(c) < count, res.slot_pos[order], -1).astype(jnp.int32)
+    return _Plan(b=res.n, count=count, stack_pos=stack_pos, stack_slot=order.astype(jnp.int32))
+
+
+def _top(plan: _Plan):
+    return plan.stack_pos[plan.count - 1]
+
+
+def _free_slot(plan: _Plan, c: int):
+    live = jnp.where(jnp.arange(c) < plan.count, plan.stack_slot, c)
+    used = jnp.zeros((c,), bool).at[live].set(True, mode="drop")
+    return jnp.argmin(used).astype(jnp.int32)
+
+
+def _push(plan: _Plan, pos, slot, push) -> _Plan:
+    stack_pos = jnp.where(push, plan.stack_pos.at[plan.count].set(pos, mode="drop"),
+                          plan.stack_pos)  # fmt: skip
+    stack_slot = jnp.where(push, plan.stack_slot.at[plan.count].set(slot, mode="drop"),
+                           plan.stack_slot)  # fmt: skip
+    return _Plan(plan.b, plan.count + push, stack_pos, stack_slot)
+
+
+def _segment(plan: _Plan, top, c: int):
+    """The Revolve segment from the top checkpoint (at `top`) towards step b - 1:
+    `(target, push)`, where the state reached at `target` is stored if `push`."""
+    length, snaps = plan.b - top, c - plan.count + 1
+    push = snaps > 1
+    split = lax.cond(push, sj.revolve_split, lambda length, snaps: length - 1, length, snaps)
+    return top + split, push
+
+
+class _Hand(eqx.Module):
+    """The state in hand, advancing from the top checkpoint towards step b - 1."""
+
+    state: Any
+    pos: jax.Array  # position of `state`
+    target: jax.Array  # where the current segment ends
+    push: jax.Array  # store the state on arrival at `target`
+    held: jax.Array  # False: none in hand (after a reversal); restore the top checkpoint
+
+
+class _Window(eqx.Module):
+    """Steps `start, ..., start + _WINDOW - 1`: their recorded decisions, and the live
+    checkpoints among them (row = position - start)."""
+
+    start: jax.Array
+    replays: Any
+    states: Any
+
+
+def _window_entries(plan: _Plan, start):
+    """The stack entries whose checkpoints lie in the window from `start`: the top
+    `_WINDOW` entries at most. Returns their stack indices, rows and a validity mask."""
+    k = plan.count - 1 - jnp.arange(_WINDOW)
+    index = jnp.maximum(k, 0)
+    rows = plan.stack_pos[index] - start
+    return index, rows, (k >= 0) & (rows >= 0) & (rows < _WINDOW)
+
+
+def _open_window(slots, decisions, plan: _Plan, start) -> _Window:
+    index, rows, valid = _window_entries(plan, start)
+    stored = _index(slots, plan.stack_slot[index])
+    rows = jnp.where(valid, rows, _WINDOW)
+    states = jax.tree.map(lambda s: jnp.zeros_like(s).at[rows].set(s, mode="drop"), stored)
+    return _Window(start, _window(decisions, start), states)
+
+
+def _close_window(slots, plan: _Plan, window: _Window, c: int):
+    """Write the window's live checkpoints back into their slots."""
+    index, rows, valid = _window_entries(plan, window.start)
+    values = _index(window.states, jnp.clip(rows, 0, _WINDOW - 1))
+    return _store(slots, jnp.where(valid, plan.stack_slot[index], c), values)
+
+
+def _advance(body: LoopBody, theta, c: int, window: _Window, plan: _Plan, hand: _Hand):
+    """Advance towards b - 1, within the window, storing what the plan asks for: one
+    iteration per segment, whose steps run in a loop of plain (replayed) steps."""
+    stop = jnp.minimum(plan.b - 1, window.start + _WINDOW - 1)
+
+    def step(carry):
+        state, pos = carry
+        replay = _index(window.replays, pos - window.start)
+        return body.step(theta, state, replay)[0], pos + 1
+
+    def segment(carry):
+        plan, hand, states = carry
+        end = jnp.minimum(hand.target, stop)
+        state, pos = lax.while_loop(lambda carry: carry[1] < end, step, (hand.state, hand.pos))
+        arrived = pos == hand.target
+        store = arrived & hand.push
+        states = _store(states, jnp.where(store, pos - window.start, _WINDOW), body.compress(state))
+        plan = _push(plan, pos, _free_slot(plan, c), store)
+        keep = lambda plan, pos: (hand.target, hand.push)  # noqa: E731
+        target, push = lax.cond(arrived, ft.partial(_segment, c=c), keep, plan, pos)
+        return plan, _Hand(state, pos, target, push, hand.held), states
+
+    init = (plan, hand, window.states)
+    plan, hand, states = lax.while_loop(lambda carry: carry[1].pos < stop, segment, init)
+    return plan, hand, eqx.tree_at(lambda w: w.states, window, states)
+
+
+def _run_window(body: LoopBody, theta, c: int, window: _Window, ct_buffers, carry):
+    """Advance and reverse while every step needed lies in the window: one iteration per
+    reversed step b - 1 (restore the top checkpoint, advance to b - 1 storing the states
+    the Revolve plan asks for, reverse the step, pop the top checkpoint once it is
+    b - 1); stop when the advance leaves the window or the top checkpoint is before it."""
+
+    def restore(plan, hand, window):
+        top = _top(plan)
+        state = body.restore(theta, _index(window.states, top - window.start))
+        return _Hand(state, top, *_segment(plan, top, c), jnp.asarray(True))
+
+    def reverse(plan, hand, ct_th, ct_st):
+        b = plan.b - 1
+        replay = _index(window.replays, b - window.start)
+        d_th, ct_st = reverse_step(body, theta, hand.state, replay, ct_st, ct_buffers)
+        count = plan.count - (_top(plan) == b)
+        return _Plan(b, count, plan.stack_pos, plan.stack_slot), _add(ct_th, d_th), ct_st
+
+    def iteration(carry):
+        plan, hand, window, ct_th, ct_st, _ = carry
+        keep = lambda plan, hand, window: hand  # noqa: E731
+        hand = lax.cond(hand.held, keep, restore, plan, hand, window)
+        plan, hand, window = _advance(body, theta, c, window, plan, hand)
+        reached = hand.pos == plan.b - 1
+        skip = lambda plan, hand, ct_th, ct_st: (plan, ct_th, ct_st)  # noqa: E731
+        plan, ct_th, ct_st = lax.cond(reached, reverse, skip, plan, hand, ct_th, ct_st)
+        hand = eqx.tree_at(lambda h: h.held, hand, ~reached)
+        going = reached & (plan.b > 0) & (_top(plan) >= window.start)
+        return plan, hand, window, ct_th, ct_st, going
+
+    plan, hand, ct_th, ct_st = carry
+    init = (plan, hand, window, ct_th, ct_st, jnp.asarray(True))
+    plan, hand, window, ct_th, ct_st, _ = lax.while_loop(lambda carry: carry[-1], iteration, init)
+    return plan, hand, window, ct_th, ct_st
 
 
 def _backward_online(body, theta, res: _Residuals, ct_state, ct_buffers, c):
-    """Reverse the steps from the online checkpoints, binomially inside each interval."""
-    max_steps = jax.tree.leaves(res.decisions)[0].shape[0]
-    betas = jnp.asarray(sj.beta_table(c, max_steps))
+    """Reverse the steps from the online checkpoints, binomially inside each interval.
 
-    def restore(state, ckpt, replay, ct_th, ct_st, action):
-        return body.restore(theta, ckpt), ct_th, ct_st
+    A window of `_WINDOW` steps at a time: the window before b when the state to start
+    from lies within it, else the window the state in hand advances through."""
 
-    def move(state, ckpt, replay, ct_th, ct_st, action):
-        # Advancing and reversing share one linearised step: the step is compiled once.
-        linearised = _step_vjp(body, theta, state, replay)
-
-        def reverse():
-            d_th, ct = _pullback(body, theta, state, linearised, ct_st, ct_buffers)
-            return state, _add(ct_th, d_th), ct
-
-        return lax.cond(action == _REVERSE, reverse, lambda: (linearised[0], ct_th, ct_st))
-
-    def step(carry):
-        plan, state, slots, ct_th, ct_st = carry
-        action, plan = _plan_action(plan, c, betas)
-        ckpt = _index(slots, plan.stack_slot[plan.count - 1])
-        replay = _index(res.decisions, jnp.maximum(plan.cur_pos, 0))
-        state, ct_th, ct_st = lax.cond(
-            action == _RESTORE, restore, move, state, ckpt, replay, ct_th, ct_st, action
+    def window(carry):
+        plan, hand, slots, ct_th, ct_st = carry
+        pos = jnp.where(hand.held, hand.pos, _top(plan))
+        start = jnp.minimum(pos, jnp.maximum(plan.b - _WINDOW, 0))
+        opened = _open_window(slots, res.decisions, plan, start)
+        plan, hand, closed, ct_th, ct_st = _run_window(
+            body, theta, c, opened, ct_buffers, (plan, hand, ct_th, ct_st)
         )
-        restored = eqx.tree_at(lambda p: (p.cur_pos, p.target), plan,
-                               (plan.stack_pos[plan.count - 1], jnp.asarray(-1)))  # fmt: skip
-        advanced, store = _after_advance(plan, _free_slot(plan, c))
-        reversed_ = _after_reverse(plan, c)
-        plan = jax.tree.map(
-            lambda r, a, v: jnp.select([action == _RESTORE, action == _ADVANCE], [r, a], v),
-            restored,
-            advanced,
-            reversed_,
-        )
-        index = jnp.where(store & (action == _ADVANCE), advanced.stack_slot[plan.count - 1], c)
-        slots = _store(slots, index, body.compress(state))
-        return plan, state, slots, ct_th, ct_st
+        return plan, hand, _close_window(slots, plan, closed, c), ct_th, ct_st
 
     like = eqx.filter_eval_shape(body.restore, theta, _index(res.slots, 0))
     placeholder = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), like)
-    init = (_initial_plan(res, c), placeholder, res.slots,
-            _zeros(eqx.filter(theta, _is_diff)), ct_state)  # fmt: skip
-    out = lax.while_loop(lambda carry: carry[0].b > 0, step, init)
-    return out[3], out[4]
+    zero = jnp.asarray(0, jnp.int32)
+    hand = _Hand(placeholder, zero, zero, jnp.asarray(False), jnp.asarray(False))
+    init = (_initial_plan(res, c), hand, res.slots, _zeros(eqx.filter(theta, _is_diff)),
+            ct_state)  # fmt: skip
+    _, _, _, ct_th, ct_st = lax.while_loop(lambda carry: carry[0].b > 0, window, init)
+    return ct_th, ct_st

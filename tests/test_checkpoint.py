@@ -177,6 +177,17 @@ def test_default_checkpoints_store_every_step_for_small_states():
     assert c * large.nbytes <= adjoint.memory_budget_bytes()
 
 
+def test_default_checkpoints_stop_where_more_would_not_pay():
+    """Past `useful_checkpoints(max_steps)` (90 for 4096) every solve is reversed with at
+    most one extra evaluation per step: a 32 KiB state gets 90, not the 4089 that fit."""
+    from odeckpt._adjoints import useful_checkpoints
+
+    assert useful_checkpoints(4096) == 90
+    assert schedules.beta(89, 2) < 4096 <= schedules.beta(90, 2)
+    assert _checkpoints_used(oc.CheckpointAdjoint(), jnp.zeros(4096)) == 90
+    assert _checkpoints_used(oc.CheckpointAdjoint(checkpoints=500), jnp.zeros(4096)) == 500
+
+
 def _checkpoints_used(adjoint, y0):
     from odeckpt._integrate import Integrator
 
