@@ -112,7 +112,8 @@ class CheckpointAdjoint(AbstractAdjoint):
                 "(`max_steps=None` only works with `adjoint=ForwardMode()`)."
             )
         c = self.num_checkpoints(integrator, state0, max_steps)
-        return checkpointed_loop(integrator.body(), problem, state0, max_steps, c)
+        expected = problem.expected_steps
+        return checkpointed_loop(integrator.body(), problem, state0, max_steps, c, expected)
 
 
 class ForwardMode(AbstractAdjoint):

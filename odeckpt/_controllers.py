@@ -14,6 +14,7 @@ from collections.abc import Callable
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ._concrete import concrete
 from ._custom_types import Y
@@ -72,6 +73,18 @@ class AbstractStepSizeController(eqx.Module):
         """The end of the next attempted step (before clipping to `t1`)."""
         return t_new + decision.dt_next
 
+    def expected_steps(self, t0, t1, t1_floor, dt0) -> int | None:
+        """The number of steps, when it is known before the solve runs; else `None`.
+
+        Arguments are the internal (increasing) times as NumPy scalars of the time
+        dtype, `None` where not known at trace time.
+        """
+        return None
+
+
+MAX_COUNTED = 10**6
+"""`ConstantStepSize.expected_steps` counts steps at trace time up to this many."""
+
 
 class ConstantStepSize(AbstractStepSizeController):
     """Fixed steps of size `dt0` (the last step is shortened to land on `t1`)."""
@@ -86,6 +99,21 @@ class ConstantStepSize(AbstractStepSizeController):
 
     def decide(self, t0, dt, y0, y1, y_error, error_order, state):
         return Decision(jnp.asarray(True), sg(dt), state, jnp.asarray(RESULTS.successful))
+
+    def expected_steps(self, t0, t1, t1_floor, dt0) -> int | None:
+        """Counted by repeating the loop's time arithmetic, when t0, t1 and dt0 are
+        concrete and there are at most `MAX_COUNTED` steps."""
+        if t0 is None or t1 is None or t1_floor is None or dt0 is None:
+            return None
+        t, end, floor, dt = (np.asarray(v)[()] for v in (t0, t1, t1_floor, dt0))
+        if not (dt > 0 and end > t) or (end - t) / dt > MAX_COUNTED:
+            return None
+        count = 0
+        while t < end:  # `Integrator.init` and `clip_to_end`
+            t_next = min(t + dt, end)
+            t = end if t_next > floor else t_next
+            count += 1
+        return count
 
 
 class StepTo(AbstractStepSizeController):
@@ -112,6 +140,9 @@ class StepTo(AbstractStepSizeController):
     def next_time(self, t_new, decision):
         index = jnp.minimum(decision.state.index + 1, self.ts.shape[0] - 1)
         return sg(self.ts[index]).astype(jnp.result_type(t_new))
+
+    def expected_steps(self, t0, t1, t1_floor, dt0) -> int | None:
+        return self.ts.shape[0] - 1
 
 
 class PIDController(AbstractStepSizeController):

@@ -57,6 +57,8 @@ class Problem(eqx.Module):
     t1: jax.Array
     t1_floor: jax.Array  # t1 less ~100 ulp: a step ending past it is clipped to t1
     ts: jax.Array | None
+    # The number of steps when known before the solve (fixed steps, concrete times).
+    expected_steps: int | None = eqx.field(static=True, default=None)
 
 
 class Replay(eqx.Module):

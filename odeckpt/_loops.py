@@ -248,22 +248,29 @@ def _as_arrays(tree):
 
 
 @eqx.filter_custom_vjp
-def _checkpointed(vjp_arg, body, max_steps, checkpoints):
+def _checkpointed(vjp_arg, body, max_steps, checkpoints, expected):
     theta, state0 = _as_arrays(vjp_arg)
     return forward_loop(body, theta, state0, max_steps)
 
 
-def checkpointed_loop(body: LoopBody, theta, state0, max_steps: int, checkpoints: int):
-    """`forward_loop` with a checkpointed reverse mode (see the module docstring)."""
-    return _checkpointed((theta, state0), body, max_steps, checkpoints)
+def checkpointed_loop(
+    body: LoopBody, theta, state0, max_steps: int, checkpoints: int, expected: int | None = None
+):
+    """`forward_loop` with a checkpointed reverse mode (see the module docstring).
+
+    `expected`: the number of steps, when known before the loop runs (fixed step
+    sizes): the forward pass then stores where `schedules.known_slots` says, near the
+    offline optimum, instead of placing checkpoints online. A wrong value costs
+    recomputation only, never correctness."""
+    return _checkpointed((theta, state0), body, max_steps, checkpoints, expected)
 
 
 @_checkpointed.def_fwd
-def _checkpointed_fwd(perturbed, vjp_arg, body, max_steps, checkpoints):
+def _checkpointed_fwd(perturbed, vjp_arg, body, max_steps, checkpoints, expected):
     theta, state0 = _as_arrays(vjp_arg)
     if checkpoints >= max_steps:
         return _forward_store_all(body, theta, state0, max_steps)
-    return _forward_online(body, theta, state0, max_steps, checkpoints)
+    return _forward_online(body, theta, state0, max_steps, checkpoints, expected)
 
 
 # ----------------------------------------------------------------------------------
@@ -322,13 +329,27 @@ def _forward_store_all(body, theta, state0, max_steps):
 
 
 _TABLE_LIMIT = 2**19  # max_steps * c up to which the online slots are planned in Python
+_KNOWN_LIMIT = 2**17  # max_steps up to which a known step count's slots are tabled
+
+
+def _use_table(c: int, max_steps: int, expected: int | None) -> bool:
+    if expected is not None and expected <= max_steps:
+        return max_steps <= _KNOWN_LIMIT or max_steps * c <= _TABLE_LIMIT
+    return max_steps * c <= _TABLE_LIMIT
 
 
 @ft.lru_cache(maxsize=32)
-def _online_table(c: int, max_steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _online_table(
+    c: int, max_steps: int, expected: int | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per step i: the slot to store state i in (-1: none), the distance `k <= _WINDOW`
-    to the next step that stores (or `_WINDOW`), and that step's slot."""
-    slots = np.asarray(schedules.online_slots(max_steps, c), np.int32)
+    to the next step that stores (or `_WINDOW`), and that step's slot. With a known
+    step count `expected <= max_steps`, `schedules.known_slots` (no stores after it)."""
+    if expected is not None and expected <= max_steps:
+        known = schedules.known_slots(expected, c)
+        slots = np.asarray(known + (-1,) * (max_steps - expected), np.int32)
+    else:
+        slots = np.asarray(schedules.online_slots(max_steps, c), np.int32)
     padded = np.concatenate([slots, np.full(_WINDOW + 1, -1, np.int32)])
     gaps = np.full(max_steps, _WINDOW, np.int32)
     for i in range(max_steps - 1, -1, -1):
@@ -339,13 +360,14 @@ def _online_table(c: int, max_steps: int) -> tuple[np.ndarray, np.ndarray, np.nd
     return slots, gaps, padded[np.arange(max_steps) + gaps]
 
 
-def _online_schedule(c: int, max_steps: int):
+def _online_schedule(c: int, max_steps: int, expected: int | None):
     """`(first, ahead)`: the online placement. `first` is `(online, slot of state 0)`;
     `ahead(online, i)` returns `(online, k, slot)`, where step `i + k` (`k <= _WINDOW`)
     is the next to store, into `slot`, or `k = _WINDOW` and `slot = -1`. A constant
     table when it is cheap to plan at trace time, else the traced decisions."""
-    if max_steps * c <= _TABLE_LIMIT:
-        slots, gaps, next_slots = (jnp.asarray(t) for t in _online_table(c, max_steps))
+    if _use_table(c, max_steps, expected):
+        table = _online_table(c, max_steps, expected)
+        slots, gaps, next_slots = (jnp.asarray(t) for t in table)
         ahead = lambda online, i: (online, gaps[i], next_slots[i])  # noqa: E731
         return (jnp.zeros((), jnp.int32), slots[0]), ahead
 
@@ -366,9 +388,9 @@ def _online_schedule(c: int, max_steps: int):
     return sj.online_decide(sj.online_init(c), 0), ahead
 
 
-def _forward_online(body, theta, state0, max_steps, c):
+def _forward_online(body, theta, state0, max_steps, c, expected):
     decisions = _stack_like(_replay_like(body, theta, state0), max_steps + _WINDOW)
-    (online, slot), ahead = _online_schedule(c, max_steps)
+    (online, slot), ahead = _online_schedule(c, max_steps, expected)
 
     def chunk(carry):
         state, buffers, i, online, slot, slots, positions, decisions = carry
@@ -398,7 +420,9 @@ def _forward_online(body, theta, state0, max_steps, c):
 
 
 @_checkpointed.def_bwd
-def _checkpointed_bwd(residuals, grad_obj, perturbed, vjp_arg, body, max_steps, checkpoints):
+def _checkpointed_bwd(
+    residuals, grad_obj, perturbed, vjp_arg, body, max_steps, checkpoints, expected
+):
     theta, state0 = _as_arrays(vjp_arg)
     out_like = eqx.filter_eval_shape(forward_loop, body, theta, state0, max_steps)
     ct_state = eqx.filter(_materialize(grad_obj.state, out_like.state), _is_diff)

@@ -73,6 +73,7 @@ def diffeqsolve(
     check_vector_field(term, jnp.asarray(t0, tdtype), y0, args)
     y0, invalid = check_values(y0, args, t0, t1, dt0, ts, stepsize_controller, throw)
     span = (concrete(t0), concrete(t1))  # for error messages, when known at trace time
+    expected = _expected_steps(stepsize_controller, t0, t1, dt0, tdtype)
     fixed = not any(isinstance(t, jax.core.Tracer) for t in (t0, t1))  # no time derivative
     t0, t1 = jnp.asarray(t0, tdtype), jnp.asarray(t1, tdtype)
     if direction is None or direction < 0:
@@ -84,12 +85,12 @@ def diffeqsolve(
     tau0, tau1 = t0 * sign, t1 * sign
     term = ODETerm(eqx.filter_closure_convert(term.vf, tau0, y0, args))
     controller = _internal_controller(stepsize_controller, t0, t1, sign)
-    problem = Problem(term, args, controller, tau1, _floor(tau1), ts)
+    dt0 = None if dt0 is None else jnp.asarray(dt0, tdtype) * sign
+    problem = Problem(term, args, controller, tau1, _floor(tau1), ts, expected)
     integrator = Integrator(
         solver, max_steps or 0, ts is not None, saveat.steps, saveat.dense,
         0 if ts is None else ts.shape[0], progress_callback(progress_meter),
     )  # fmt: skip
-    dt0 = None if dt0 is None else jnp.asarray(dt0, tdtype) * sign
     state0 = integrator.init(problem, tau0, y0, dt0)
     if invalid is not None:  # with `throw=False`: a bad input value stops the solve at t0
         code = jnp.where(invalid, RESULTS.invalid_input, state0.result).astype(jnp.int32)
@@ -166,6 +167,29 @@ def _check_step_to(ts, t0, t1):
             "`StepTo(ts=...)` must be strictly monotone from t0 to t1; got "
             f"ts[{i + 1}]={values[i + 1]} after ts[{i}]={values[i]}."
         )
+
+
+def _expected_steps(controller, t0, t1, dt0, tdtype):
+    """The number of steps if the controller fixes it and the times are concrete (they
+    must be the raw inputs: under `jax.jit` anything computed from them is traced)."""
+    values = [concrete(x) for x in (t0, t1)] + [None if dt0 is None else concrete(dt0)]
+    if any(v is None or v.ndim for v in values[:2]) or (dt0 is not None and values[2] is None):
+        return controller.expected_steps(None, None, None, None)
+    c0, c1 = (np.asarray(v, tdtype) for v in values[:2])
+    sign = np.asarray(1 if c1 >= c0 else -1, tdtype)
+    tau1 = sign * c1
+    dt = None if values[2] is None else sign * np.asarray(values[2], tdtype)
+    return controller.expected_steps(sign * c0, tau1, _floor_numpy(tau1), dt)
+
+
+def _floor_numpy(t1: np.ndarray) -> np.ndarray:
+    """`_floor` on a concrete NumPy scalar, without staging JAX operations."""
+    if t1 == 0:
+        return -100 * np.finfo(t1.dtype).smallest_subnormal
+    below = t1
+    for _ in range(100):
+        below = np.nextafter(below, t1.dtype.type(-np.inf))
+    return np.asarray(below, t1.dtype)
 
 
 def _floor(t1):

@@ -220,30 +220,31 @@ def _counting_field():
     return vf, calls
 
 
-@pytest.mark.parametrize("traced_schedule", [False, True])
+@pytest.mark.parametrize("schedule", ["table", "traced", "known"])
 @pytest.mark.parametrize(("n", "c"), [(10, 3), (37, 4), (60, 2), (7, 1), (25, 25)])
-def test_evaluations_match_the_plan(n, c, traced_schedule, monkeypatch):
+def test_evaluations_match_the_plan(n, c, schedule, monkeypatch):
     """The traced loop performs exactly the plan of `odeckpt.schedules`: 1 evaluation
     at the start, 6 per Tsit5 step evaluation (forward, advance or taped) and 1 per
-    checkpoint restore (the first stage is recomputed)."""
+    checkpoint restore (the first stage is recomputed). With a traced `t1` the number
+    of steps is unknown (online placement, from a table or traced); with a concrete one
+    and fixed steps it is known (`schedules.known_plan`)."""
     from odeckpt import _loops
 
-    if traced_schedule:
+    if schedule == "traced":
         monkeypatch.setattr(_loops, "_TABLE_LIMIT", 0)
     vf, calls = _counting_field()
-    ts = jnp.linspace(0.0, 1.0, n + 1)
 
-    def loss(a):
-        sol = oc.diffeqsolve(vf, oc.Tsit5(), 0.0, 1.0, None, jnp.ones(2), args=a,
-                             stepsize_controller=oc.StepTo(ts), max_steps=n + 3,
-                             adjoint=oc.CheckpointAdjoint(c))  # fmt: skip
+    def loss(a, t1):
+        t1 = 1.0 if schedule == "known" else t1
+        sol = oc.diffeqsolve(vf, oc.Tsit5(), 0.0, t1, 1.0 / n, jnp.ones(2), args=a,
+                             max_steps=n + 3, adjoint=oc.CheckpointAdjoint(c))  # fmt: skip
         return sol.ys.sum()
 
     grad = jax.jit(jax.grad(loss))
-    jax.block_until_ready(grad(0.5))
+    jax.block_until_ready(grad(0.5, 1.0))
     calls.clear()
-    jax.block_until_ready(grad(0.5))
-    plan = schedules.online_plan(n, c)
+    jax.block_until_ready(grad(0.5, 1.0))
+    plan = schedules.known_plan(n, c) if schedule == "known" else schedules.online_plan(n, c)
     restores = sum(isinstance(a, schedules.Restore) for a in plan.actions)
     assert len(calls) == 1 + 6 * plan.total + restores
 
@@ -283,3 +284,23 @@ def test_checkpoint_memory_is_one_state_per_checkpoint():
     per_checkpoint = (temp_bytes(24) - temp_bytes(8)) / 16
     state_bytes = y0.nbytes + 64  # y plus the record's scalars
     assert y0.nbytes <= per_checkpoint <= 1.1 * state_bytes
+
+
+@pytest.mark.parametrize(
+    ("t0", "t1", "dt0", "expected"),
+    [(0.0, 1.0, 0.1, 10), (0.0, 1.0, 0.3, 4), (1.0, 0.0, -0.25, 4), (0.0, 1000.0, 1.0, 1000),
+     (-2.0, 5.0, 1 / 3, 21)],
+)  # fmt: skip
+def test_fixed_step_counts_are_known_before_the_solve(t0, t1, dt0, expected):
+    """The step count predicted at trace time equals the count the solve takes."""
+    from odeckpt._solve import _expected_steps
+
+    controller = oc.ConstantStepSize()
+    assert _expected_steps(controller, t0, t1, dt0, jnp.float64) == expected
+    sol = oc.diffeqsolve(lambda t, y, a: -y, oc.Euler(), t0, t1, dt0, Y0, max_steps=2000)
+    assert int(sol.stats["num_accepted_steps"]) == expected
+    ts = jnp.linspace(t0, t1, 7)
+    assert _expected_steps(oc.StepTo(ts), t0, t1, None, jnp.float64) == 6
+    assert _expected_steps(oc.PIDController(1e-6, 1e-6), t0, t1, dt0, jnp.float64) is None
+    traced = jax.jit(lambda t1: _expected_steps(controller, t0, t1, dt0, jnp.float64) or 0)
+    assert traced(t1) == 0  # unknown when traced: the online placement is used
