@@ -69,11 +69,11 @@ def _data():
     return params, static, y0, targets
 
 
-def _solve_odeckpt(adjoint):
+def _solve_odeckpt(adjoint, solver=None):
     def solve(vf, y0, params):
         sol = oc.diffeqsolve(
             vf,
-            oc.Tsit5(),
+            solver or oc.Tsit5(),
             0.0,
             T1,
             None,
@@ -238,23 +238,8 @@ def _tick():
 
 
 def _batched_odeckpt(adjoint):
-    def solve(vf, y0, params):
-        sol = oc.diffeqsolve(
-            vf,
-            oc.Dopri5(),
-            0.0,
-            T1,
-            None,
-            y0,
-            params,
-            saveat=oc.SaveAt(ts=TS),
-            stepsize_controller=oc.PIDController(rtol=RTOL, atol=ATOL),
-            adjoint=adjoint,
-            max_steps=MAX_STEPS,
-        )
-        return sol.ys
-
-    return solve
+    solve = _solve_odeckpt(adjoint, oc.Dopri5())
+    return lambda vf, y0, params: solve(vf, y0, params)[0]
 
 
 def _batched_jax_ode(vf, y0, params):

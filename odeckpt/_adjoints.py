@@ -38,6 +38,16 @@ class AbstractAdjoint(eqx.Module):
         raise NotImplementedError
 
 
+def check_checkpoints(adjoint) -> None:
+    """Raise unless `adjoint.checkpoints` is `None` or a positive integer."""
+    c = adjoint.checkpoints
+    if c is not None and (not isinstance(c, int) or c < 1):
+        raise ValueError(
+            f"`{type(adjoint).__name__}(checkpoints=...)` must be a positive integer or "
+            f"None; got {c!r}."
+        )
+
+
 class CheckpointAdjoint(AbstractAdjoint):
     """Discretise-then-optimise: the exact gradient of the numerical solution.
 
@@ -78,13 +88,7 @@ class CheckpointAdjoint(AbstractAdjoint):
     memory_budget: int | None = None
 
     def __check_init__(self):
-        if self.checkpoints is not None and (
-            not isinstance(self.checkpoints, int) or self.checkpoints < 1
-        ):
-            raise ValueError(
-                "`CheckpointAdjoint(checkpoints=...)` must be a positive integer or None; "
-                f"got {self.checkpoints!r}."
-            )
+        check_checkpoints(self)
         if self.memory_budget is not None and self.memory_budget <= 0:
             raise ValueError(
                 "`CheckpointAdjoint(memory_budget=...)` must be a positive number of bytes; "

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from ._adjoint_ode import AdjointField
-from ._adjoints import DEFAULT_MEMORY_BUDGET, AbstractAdjoint, _nbytes
+from ._adjoints import DEFAULT_MEMORY_BUDGET, AbstractAdjoint, _nbytes, check_checkpoints
 from ._backward import SweepInputs, continuous_loop
 from ._controllers import AbstractStepSizeController
 from ._integrate import Integrator, Problem, State
@@ -183,13 +183,7 @@ class BacksolveAdjoint(AbstractContinuousAdjoint):
     throw: bool | None = None
 
     def __check_init__(self):
-        if self.checkpoints is not None and (
-            not isinstance(self.checkpoints, int) or self.checkpoints < 1
-        ):
-            raise ValueError(
-                "`BacksolveAdjoint(checkpoints=...)` must be a positive integer or None; "
-                f"got {self.checkpoints!r}."
-            )
+        check_checkpoints(self)
 
     def integrates_y(self) -> bool:
         return True
@@ -252,13 +246,7 @@ class InterpolatingAdjoint(AbstractContinuousAdjoint):
     throw: bool | None = None
 
     def __check_init__(self):
-        if self.checkpoints is not None and (
-            not isinstance(self.checkpoints, int) or self.checkpoints < 1
-        ):
-            raise ValueError(
-                "`InterpolatingAdjoint(checkpoints=...)` must be a positive integer or "
-                f"None; got {self.checkpoints!r}."
-            )
+        check_checkpoints(self)
 
     def integrates_y(self) -> bool:
         return False
