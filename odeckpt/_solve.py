@@ -183,13 +183,13 @@ def _expected_steps(controller, t0, t1, dt0, tdtype):
 
 
 def _floor_numpy(t1: np.ndarray) -> np.ndarray:
-    """`_floor` on a concrete NumPy scalar, without staging JAX operations."""
-    if t1 == 0:
-        return -100 * np.finfo(t1.dtype).smallest_subnormal
-    below = t1
-    for _ in range(100):
-        below = np.nextafter(below, t1.dtype.type(-np.inf))
-    return np.asarray(below, t1.dtype)
+    """`_floor` on a concrete NumPy scalar, without staging JAX operations: the same
+    bit arithmetic, so that both give the same value."""
+    itype = {2: np.int16, 4: np.int32, 8: np.int64}[t1.dtype.itemsize]
+    bits = t1.view(itype)
+    down = (bits - 100 if t1 > 0 else bits + 100).astype(itype).view(t1.dtype)
+    below_zero = -100 * np.finfo(t1.dtype).smallest_subnormal
+    return np.asarray(below_zero if t1 == 0 else down, t1.dtype)
 
 
 def _floor(t1):

@@ -833,11 +833,16 @@ def online_positions(n: int, c: int, kind: str = "greedy") -> tuple[tuple[int, i
         `(position, slot)` pairs by ascending position.
     """
     _check_int("n", n, 0)
-    slots: dict[int, int] = {}
-    for i, slot in enumerate(_forward_slots(n, c, kind)):
+    return _survivors(_forward_slots(n, c, kind))
+
+
+def _survivors(slots) -> tuple[tuple[int, int], ...]:
+    """The `(position, slot)` pairs left by storing per `slots` (one entry per step)."""
+    held: dict[int, int] = {}
+    for i, slot in enumerate(slots):
         if slot >= 0:
-            slots[slot] = i
-    return tuple(sorted((p, k) for k, p in slots.items()))
+            held[slot] = i
+    return tuple(sorted((p, k) for k, p in held.items()))
 
 
 def online_total(n: int, c: int, kind: str = "greedy") -> int:
@@ -949,7 +954,7 @@ def known_slots(n: int, c: int) -> tuple[int, ...]:
         slots[p] = slot
     if n * c <= KNOWN_GREEDY_LIMIT:
         greedy = online_slots(n, c)
-        kept = [p for p, _ in online_positions(n, c)]
+        kept = [p for p, _ in _survivors(greedy)]
         if _stack_cost(kept, n, c) < _stack_cost(positions, n, c):
             return greedy
     return tuple(slots)
