@@ -13,11 +13,11 @@ step is reversed by one `jax.vjp` of the step: one re-evaluation and its transpo
 When `checkpoints >= max_steps` every state is stored and the backward pass is a plain
 reverse sweep.
 
-Both passes work a window of `_WINDOW` consecutive steps at a time (see the comment
-above `_WINDOW`): the loops that run once per step touch only the window's recorded
-decisions and checkpoints, and the max_steps-long buffers are read and written once
-per window. The backward pass keeps the plan's order of actions exactly, so it
-performs the evaluations `odeckpt.schedules.online_plan` counts.
+Both passes work a window of consecutive steps at a time (see `window_size`): the
+loops that run once per step touch only the window's recorded decisions and
+checkpoints, and the max_steps-long buffers are read and written once per window.
+The backward pass keeps the plan's order of actions exactly, so it performs the
+evaluations `odeckpt.schedules.online_plan` counts.
 """
 
 import functools as ft
@@ -31,6 +31,7 @@ import numpy as np
 from jax import lax
 
 from . import _schedule_jax as sj, schedules
+from ._batching import any_in_batch
 
 
 class Emitter(eqx.Module):
@@ -197,12 +198,26 @@ def _pullback(body: LoopBody, theta, state, linearised, ct_new, ct_buffers):
 # XLA's CPU runtime runs a while loop's body inline, without dispatching each kernel to
 # its thread pool, only when the body is tiny or every buffer it touches is small (512
 # bytes). So the loops that run once per step (forward steps, backward advances and
-# reversals) touch only the state, the outputs, and a window of `_WINDOW` steps'
+# reversals) touch only the state, the outputs, and a window of a few steps'
 # recorded decisions and checkpoints; the max_steps-long buffers and the checkpoint
 # slots are read and written by an outer loop, once per window. (The forward and
 # backward passes share these helpers and records, hence one module over ~300 lines.)
+#
+# A window holds up to `_WINDOW` steps (32 rows of a 2-D state's leaf stay within 512
+# bytes), fewer for large states: the backward pass keeps two windows of checkpoints
+# besides the c stored ones, and `_WINDOW_BYTES` bounds what that costs.
 
-_WINDOW = 32  # steps per window: a window of a 2-D state's leaves stays within 512 bytes
+_WINDOW = 32
+_WINDOW_BYTES = 64 * 1024
+
+
+def window_size(body: "LoopBody", theta, state0) -> int:
+    """Steps per window: `_WINDOW`, or fewer so that a window of checkpoints takes at
+    most `_WINDOW_BYTES`; at least 2 (the backward pass advances by one step within a
+    window, from the state at its first row to the next)."""
+    like = eqx.filter_eval_shape(body.compress, state0)
+    size = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(like))
+    return int(min(_WINDOW, max(2, _WINDOW_BYTES // max(size, 1))))
 
 
 def _index(tree, i):
@@ -213,13 +228,13 @@ def _store(buffer, i, value):
     return jax.tree.map(lambda b, v: b.at[i].set(v, mode="drop"), buffer, value)
 
 
-def _window(buffer, i):
-    """Rows `i, ..., i + _WINDOW - 1` of a buffer padded by `_WINDOW` rows."""
-    return jax.tree.map(lambda b: lax.dynamic_slice_in_dim(b, i, _WINDOW), buffer)
+def _window(buffer, i, w: int):
+    """Rows `i, ..., i + w - 1` of a buffer padded by `w` rows."""
+    return jax.tree.map(lambda b: lax.dynamic_slice_in_dim(b, i, w), buffer)
 
 
 def _flush(buffer, i, window):
-    """Write a window into rows `i, ..., i + _WINDOW - 1` of a padded buffer."""
+    """Write a window into rows `i, ..., i + len(window) - 1` of a padded buffer."""
     return jax.tree.map(lambda b, w: lax.dynamic_update_slice_in_dim(b, w, i, 0), buffer, window)
 
 
@@ -234,7 +249,7 @@ def _materialize(ct, like):
 
 class _Residuals(eqx.Module):
     n: jax.Array
-    decisions: object  # per step, what `body.replay` recorded; `_WINDOW` rows of padding
+    decisions: object  # per step, what `body.replay` recorded; a window of padding
     store: object  # every state (fast path), padded like `decisions`; or None
     slots: object  # compressed checkpoints (online path), or None
     slot_pos: jax.Array | None
@@ -248,7 +263,7 @@ def _as_arrays(tree):
 
 
 @eqx.filter_custom_vjp
-def _checkpointed(vjp_arg, body, max_steps, checkpoints, expected):
+def _checkpointed(vjp_arg, body, max_steps, checkpoints, expected, w):
     theta, state0 = _as_arrays(vjp_arg)
     return forward_loop(body, theta, state0, max_steps)
 
@@ -262,19 +277,20 @@ def checkpointed_loop(
     sizes): the forward pass then stores where `schedules.known_slots` says, near the
     offline optimum, instead of placing checkpoints online. A wrong value costs
     recomputation only, never correctness."""
-    return _checkpointed((theta, state0), body, max_steps, checkpoints, expected)
+    w = window_size(body, theta, state0)
+    return _checkpointed((theta, state0), body, max_steps, checkpoints, expected, w)
 
 
 @_checkpointed.def_fwd
-def _checkpointed_fwd(perturbed, vjp_arg, body, max_steps, checkpoints, expected):
+def _checkpointed_fwd(perturbed, vjp_arg, body, max_steps, checkpoints, expected, w):
     theta, state0 = _as_arrays(vjp_arg)
     if checkpoints >= max_steps:
-        return _forward_store_all(body, theta, state0, max_steps)
-    return _forward_online(body, theta, state0, max_steps, checkpoints, expected)
+        return _forward_store_all(body, theta, state0, max_steps, w)
+    return _forward_online(body, theta, state0, max_steps, checkpoints, expected, w)
 
 
 # ----------------------------------------------------------------------------------
-# The forward pass, in runs of at most `_WINDOW` steps
+# The forward pass, in runs of at most a window's steps
 
 
 def _replay_like(body, theta, state0):
@@ -285,11 +301,11 @@ def _replay_like(body, theta, state0):
     return eqx.filter_eval_shape(fn, theta, state0)
 
 
-def _run(body, theta, state0, state, buffers, i, length, keep_states):
-    """Up to `length <= _WINDOW` steps from step i; returns the state, the outputs, the
+def _run(body, theta, state0, state, buffers, i, length, keep_states, w):
+    """Up to `length <= w` steps from step i; returns the state, the outputs, the
     number of steps taken, and a window of their decisions (and states if asked)."""
-    decisions = _stack_like(_replay_like(body, theta, state), _WINDOW)
-    states = _stack_like(state, _WINDOW) if keep_states else None
+    decisions = _stack_like(_replay_like(body, theta, state), w)
+    states = _stack_like(state, w) if keep_states else None
 
     def cond(carry):
         state, _, j, _, _ = carry
@@ -309,21 +325,30 @@ def _run(body, theta, state0, state, buffers, i, length, keep_states):
     return lax.while_loop(cond, step, init)
 
 
-def _forward_store_all(body, theta, state0, max_steps):
-    store = _stack_like(state0, max_steps + _WINDOW)
-    decisions = _stack_like(_replay_like(body, theta, state0), max_steps + _WINDOW)
+def _any_going(body, theta, max_steps):
+    """The condition of an outer (per-window) loop: go on while any batch element is
+    going. Under `jax.vmap` a batched condition would make the loop select every
+    carried buffer (max_steps states here) per iteration; instead the loop runs
+    unbatched and a finished element's window has no steps."""
+    return lambda carry: any_in_batch(_keep_going(body, theta, max_steps, carry[0], carry[2]))
+
+
+def _forward_store_all(body, theta, state0, max_steps, w):
+    store = _stack_like(state0, max_steps + w)
+    decisions = _stack_like(_replay_like(body, theta, state0), max_steps + w)
 
     def chunk(carry):
         state, buffers, i, store, decisions = carry
-        length = jnp.minimum(max_steps - i, _WINDOW)
+        going = _keep_going(body, theta, max_steps, state, i)
+        length = jnp.where(going, jnp.minimum(max_steps - i, w), 0)
         state, buffers, k, window, states = _run(
-            body, theta, state0, state, buffers, i, length, keep_states=True
+            body, theta, state0, state, buffers, i, length, keep_states=True, w=w
         )
         return state, buffers, i + k, _flush(store, i, states), _flush(decisions, i, window)
 
     init = (state0, _empty_buffers(body, theta, state0), jnp.asarray(0, jnp.int32),
             store, decisions)  # fmt: skip
-    cond = lambda carry: _keep_going(body, theta, max_steps, carry[0], carry[2])  # noqa: E731
+    cond = _any_going(body, theta, max_steps)
     state, buffers, n, store, decisions = lax.while_loop(cond, chunk, init)
     return LoopOutput(state, buffers, n), _Residuals(n, decisions, store, None, None)
 
@@ -340,33 +365,33 @@ def _use_table(c: int, max_steps: int, expected: int | None) -> bool:
 
 @ft.lru_cache(maxsize=32)
 def _online_table(
-    c: int, max_steps: int, expected: int | None
+    c: int, max_steps: int, expected: int | None, w: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per step i: the slot to store state i in (-1: none), the distance `k <= _WINDOW`
-    to the next step that stores (or `_WINDOW`), and that step's slot. With a known
+    """Per step i: the slot to store state i in (-1: none), the distance `k <= w` to
+    the next step that stores (or `w`), and that step's slot. With a known
     step count `expected <= max_steps`, `schedules.known_slots` (no stores after it)."""
     if expected is not None and expected <= max_steps:
         known = schedules.known_slots(expected, c)
         slots = np.asarray(known + (-1,) * (max_steps - expected), np.int32)
     else:
         slots = np.asarray(schedules.online_slots(max_steps, c), np.int32)
-    padded = np.concatenate([slots, np.full(_WINDOW + 1, -1, np.int32)])
-    gaps = np.full(max_steps, _WINDOW, np.int32)
+    padded = np.concatenate([slots, np.full(w + 1, -1, np.int32)])
+    gaps = np.full(max_steps, w, np.int32)
     for i in range(max_steps - 1, -1, -1):
         if padded[i + 1] >= 0:
             gaps[i] = 1
         elif i + 1 < max_steps:
-            gaps[i] = min(gaps[i + 1] + 1, _WINDOW)
+            gaps[i] = min(gaps[i + 1] + 1, w)
     return slots, gaps, padded[np.arange(max_steps) + gaps]
 
 
-def _online_schedule(c: int, max_steps: int, expected: int | None):
+def _online_schedule(c: int, max_steps: int, expected: int | None, w: int):
     """`(first, ahead)`: the online placement. `first` is `(online, slot of state 0)`;
-    `ahead(online, i)` returns `(online, k, slot)`, where step `i + k` (`k <= _WINDOW`)
-    is the next to store, into `slot`, or `k = _WINDOW` and `slot = -1`. A constant
-    table when it is cheap to plan at trace time, else the traced decisions."""
+    `ahead(online, i)` returns `(online, k, slot)`, where step `i + k` (`k <= w`) is the
+    next to store, into `slot`, or `k = w` and `slot = -1`. A constant table when it is
+    cheap to plan at trace time, else the traced decisions."""
     if _use_table(c, max_steps, expected):
-        table = _online_table(c, max_steps, expected)
+        table = _online_table(c, max_steps, expected, w)
         slots, gaps, next_slots = (jnp.asarray(t) for t in table)
         ahead = lambda online, i: (online, gaps[i], next_slots[i])  # noqa: E731
         return (jnp.zeros((), jnp.int32), slots[0]), ahead
@@ -374,7 +399,7 @@ def _online_schedule(c: int, max_steps: int, expected: int | None):
     def ahead(online, i):
         def cond(carry):
             _, k, slot = carry
-            return (slot < 0) & (k < _WINDOW)
+            return (slot < 0) & (k < w)
 
         def decide(carry):
             online, k, _ = carry
@@ -388,19 +413,20 @@ def _online_schedule(c: int, max_steps: int, expected: int | None):
     return sj.online_decide(sj.online_init(c), 0), ahead
 
 
-def _forward_online(body, theta, state0, max_steps, c, expected):
-    decisions = _stack_like(_replay_like(body, theta, state0), max_steps + _WINDOW)
-    (online, slot), ahead = _online_schedule(c, max_steps, expected)
+def _forward_online(body, theta, state0, max_steps, c, expected, w):
+    decisions = _stack_like(_replay_like(body, theta, state0), max_steps + w)
+    (online, slot), ahead = _online_schedule(c, max_steps, expected, w)
 
     def chunk(carry):
         state, buffers, i, online, slot, slots, positions, decisions = carry
-        slot = jnp.where(slot >= 0, slot, c)
+        going = _keep_going(body, theta, max_steps, state, i)
+        slot = jnp.where(going & (slot >= 0), slot, c)
         slots = _store(slots, slot, body.compress(state))
         positions = positions.at[slot].set(i, mode="drop")
         online, length, slot = ahead(online, i)
-        length = jnp.minimum(length, max_steps - i)
+        length = jnp.where(going, jnp.minimum(length, max_steps - i), 0)
         state, buffers, k, window, _ = _run(
-            body, theta, state0, state, buffers, i, length, keep_states=False
+            body, theta, state0, state, buffers, i, length, keep_states=False, w=w
         )
         decisions = _flush(decisions, i, window)
         return state, buffers, i + k, online, slot, slots, positions, decisions
@@ -409,7 +435,7 @@ def _forward_online(body, theta, state0, max_steps, c, expected):
     positions = jnp.full((c,), -1, jnp.int32)
     init = (state0, _empty_buffers(body, theta, state0), jnp.asarray(0, jnp.int32),
             online, slot, slots, positions, decisions)  # fmt: skip
-    cond = lambda carry: _keep_going(body, theta, max_steps, carry[0], carry[2])  # noqa: E731
+    cond = _any_going(body, theta, max_steps)
     state, buffers, n, _, _, slots, positions, decisions = lax.while_loop(cond, chunk, init)
     residuals = _Residuals(n, decisions, None, slots, positions)
     return LoopOutput(state, buffers, n), residuals
@@ -421,24 +447,24 @@ def _forward_online(body, theta, state0, max_steps, c, expected):
 
 @_checkpointed.def_bwd
 def _checkpointed_bwd(
-    residuals, grad_obj, perturbed, vjp_arg, body, max_steps, checkpoints, expected
+    residuals, grad_obj, perturbed, vjp_arg, body, max_steps, checkpoints, expected, w
 ):
     theta, state0 = _as_arrays(vjp_arg)
     out_like = eqx.filter_eval_shape(forward_loop, body, theta, state0, max_steps)
     ct_state = eqx.filter(_materialize(grad_obj.state, out_like.state), _is_diff)
     ct_buffers = _materialize(grad_obj.buffers, out_like.buffers)
     if residuals.store is not None:
-        return _backward_store_all(body, theta, residuals, ct_state, ct_buffers)
-    return _backward_online(body, theta, residuals, ct_state, ct_buffers, checkpoints)
+        return _backward_store_all(body, theta, residuals, ct_state, ct_buffers, w)
+    return _backward_online(body, theta, residuals, ct_state, ct_buffers, checkpoints, w)
 
 
-def _backward_store_all(body, theta, res: _Residuals, ct_state, ct_buffers):
+def _backward_store_all(body, theta, res: _Residuals, ct_state, ct_buffers, w):
     """A plain reverse sweep, a window of stored states at a time."""
 
     def chunk(carry):
         b, ct_th, ct_st = carry
-        start = jnp.maximum(b - _WINDOW, 0)
-        states, decisions = _window(res.store, start), _window(res.decisions, start)
+        start = jnp.maximum(b - w, 0)
+        states, decisions = _window(res.store, start, w), _window(res.decisions, start, w)
 
         def step(j, carry):
             ct_th, ct_st = carry
@@ -511,42 +537,43 @@ class _Hand(eqx.Module):
 
 
 class _Window(eqx.Module):
-    """Steps `start, ..., start + _WINDOW - 1`: their recorded decisions, and the live
+    """Steps `start, ..., start + w - 1`: their recorded decisions, and the live
     checkpoints among them (row = position - start)."""
 
     start: jax.Array
     replays: Any
     states: Any
+    w: int = eqx.field(static=True)
 
 
-def _window_entries(plan: _Plan, start):
-    """The stack entries whose checkpoints lie in the window from `start`: the top
-    `_WINDOW` entries at most. Returns their stack indices, rows and a validity mask."""
-    k = plan.count - 1 - jnp.arange(_WINDOW)
+def _window_entries(plan: _Plan, start, w: int):
+    """The stack entries whose checkpoints lie in the window from `start`: the top `w`
+    entries at most. Returns their stack indices, rows and a validity mask."""
+    k = plan.count - 1 - jnp.arange(w)
     index = jnp.maximum(k, 0)
     rows = plan.stack_pos[index] - start
-    return index, rows, (k >= 0) & (rows >= 0) & (rows < _WINDOW)
+    return index, rows, (k >= 0) & (rows >= 0) & (rows < w)
 
 
-def _open_window(slots, decisions, plan: _Plan, start) -> _Window:
-    index, rows, valid = _window_entries(plan, start)
+def _open_window(slots, decisions, plan: _Plan, start, w: int) -> _Window:
+    index, rows, valid = _window_entries(plan, start, w)
     stored = _index(slots, plan.stack_slot[index])
-    rows = jnp.where(valid, rows, _WINDOW)
+    rows = jnp.where(valid, rows, w)
     states = jax.tree.map(lambda s: jnp.zeros_like(s).at[rows].set(s, mode="drop"), stored)
-    return _Window(start, _window(decisions, start), states)
+    return _Window(start, _window(decisions, start, w), states, w)
 
 
 def _close_window(slots, plan: _Plan, window: _Window, c: int):
     """Write the window's live checkpoints back into their slots."""
-    index, rows, valid = _window_entries(plan, window.start)
-    values = _index(window.states, jnp.clip(rows, 0, _WINDOW - 1))
+    index, rows, valid = _window_entries(plan, window.start, window.w)
+    values = _index(window.states, jnp.clip(rows, 0, window.w - 1))
     return _store(slots, jnp.where(valid, plan.stack_slot[index], c), values)
 
 
 def _advance(body: LoopBody, theta, c: int, window: _Window, plan: _Plan, hand: _Hand):
     """Advance towards b - 1, within the window, storing what the plan asks for: one
     iteration per segment, whose steps run in a loop of plain (replayed) steps."""
-    stop = jnp.minimum(plan.b - 1, window.start + _WINDOW - 1)
+    stop = jnp.minimum(plan.b - 1, window.start + window.w - 1)
 
     def step(carry):
         state, pos = carry
@@ -559,7 +586,8 @@ def _advance(body: LoopBody, theta, c: int, window: _Window, plan: _Plan, hand: 
         state, pos = lax.while_loop(lambda carry: carry[1] < end, step, (hand.state, hand.pos))
         arrived = pos == hand.target
         store = arrived & hand.push
-        states = _store(states, jnp.where(store, pos - window.start, _WINDOW), body.compress(state))
+        row = jnp.where(store, pos - window.start, window.w)
+        states = _store(states, row, body.compress(state))
         plan = _push(plan, pos, _free_slot(plan, c), store)
         keep = lambda plan, pos: (hand.target, hand.push)  # noqa: E731
         target, push = lax.cond(arrived, ft.partial(_segment, c=c), keep, plan, pos)
@@ -601,22 +629,22 @@ def _run_window(body: LoopBody, theta, c: int, window: _Window, ct_buffers, carr
         return plan, hand, window, ct_th, ct_st, going
 
     plan, hand, ct_th, ct_st = carry
-    init = (plan, hand, window, ct_th, ct_st, jnp.asarray(True))
+    init = (plan, hand, window, ct_th, ct_st, plan.b > 0)  # b = 0: a finished batch element
     plan, hand, window, ct_th, ct_st, _ = lax.while_loop(lambda carry: carry[-1], iteration, init)
     return plan, hand, window, ct_th, ct_st
 
 
-def _backward_online(body, theta, res: _Residuals, ct_state, ct_buffers, c):
+def _backward_online(body, theta, res: _Residuals, ct_state, ct_buffers, c, w):
     """Reverse the steps from the online checkpoints, binomially inside each interval.
 
-    A window of `_WINDOW` steps at a time: the window before b when the state to start
-    from lies within it, else the window the state in hand advances through."""
+    A window of `w` steps at a time: the window before b when the state to start from
+    lies within it, else the window the state in hand advances through."""
 
     def window(carry):
         plan, hand, slots, ct_th, ct_st = carry
         pos = jnp.where(hand.held, hand.pos, _top(plan))
-        start = jnp.minimum(pos, jnp.maximum(plan.b - _WINDOW, 0))
-        opened = _open_window(slots, res.decisions, plan, start)
+        start = jnp.minimum(pos, jnp.maximum(plan.b - w, 0))
+        opened = _open_window(slots, res.decisions, plan, start, w)
         plan, hand, closed, ct_th, ct_st = _run_window(
             body, theta, c, opened, ct_buffers, (plan, hand, ct_th, ct_st)
         )
@@ -628,5 +656,6 @@ def _backward_online(body, theta, res: _Residuals, ct_state, ct_buffers, c):
     hand = _Hand(placeholder, zero, zero, jnp.asarray(False), jnp.asarray(False))
     init = (_initial_plan(res, c), hand, res.slots, _zeros(eqx.filter(theta, _is_diff)),
             ct_state)  # fmt: skip
-    _, _, _, ct_th, ct_st = lax.while_loop(lambda carry: carry[0].b > 0, window, init)
+    cond = lambda carry: any_in_batch(carry[0].b > 0)  # see `_any_going`  # noqa: E731
+    _, _, _, ct_th, ct_st = lax.while_loop(cond, window, init)
     return ct_th, ct_st

@@ -116,10 +116,17 @@ def test_equinox_module_parameters_get_gradients():
     assert float(jnp.max(jnp.abs(stored.layer.weight))) > 0
 
 
-def test_vmapped_gradients_equal_unbatched():
-    y0s = jnp.array([[1.0, 0.5], [2.0, 1.0], [0.5, 1.5]])
+@pytest.mark.parametrize(("c", "schedule"), [(3, "table"), (3, "traced"), (None, "all")])
+def test_vmapped_gradients_equal_unbatched(c, schedule, monkeypatch):
+    """Batch elements take different numbers of steps: the loops run while any element
+    goes on, and the finished ones must neither move nor gain gradient."""
+    from odeckpt import _loops
+
+    if schedule == "traced":
+        monkeypatch.setattr(_loops, "_TABLE_LIMIT", 0)
+    y0s = jnp.array([[1.0, 0.5], [2.0, 1.0], [0.5, 1.5], [3.0, 0.2]])
     args = jnp.array([1.5, 1.0, 3.0, 1.0])
-    grad = _loss(oc.CheckpointAdjoint(3), SAVEATS["ts"], _lotka_volterra, args)
+    grad = _loss(oc.CheckpointAdjoint(c), SAVEATS["ts+t1"], _lotka_volterra, args)
     batched = jax.vmap(grad, in_axes=(0, None))(y0s, args)
     for i in range(y0s.shape[0]):
         single = grad(y0s[i], args)
@@ -249,6 +256,49 @@ def test_evaluations_match_the_plan(n, c, schedule, monkeypatch):
     assert len(calls) == 1 + 6 * plan.total + restores
 
 
+@pytest.mark.parametrize("w", [2, 3, 7])
+@pytest.mark.parametrize("schedule", ["table", "traced", "known", "all"])
+def test_small_windows_keep_the_plan_and_the_gradient(w, schedule, monkeypatch):
+    """Large states get windows of fewer steps (`_loops.window_size`); the evaluations
+    and the gradient must not depend on the window."""
+    from odeckpt import _loops
+
+    n, c = (37, 37 + 3) if schedule == "all" else (37, 4)
+    if schedule == "traced":
+        monkeypatch.setattr(_loops, "_TABLE_LIMIT", 0)
+    vf, calls = _counting_field()
+
+    def loss(a, t1):
+        t1 = 1.0 if schedule == "known" else t1
+        sol = oc.diffeqsolve(vf, oc.Tsit5(), 0.0, t1, 1.0 / n, jnp.ones(2), args=a,
+                             saveat=oc.SaveAt(ts=jnp.linspace(0.05, 0.95, 9)),
+                             max_steps=n + 3, adjoint=oc.CheckpointAdjoint(c))  # fmt: skip
+        return jnp.sum(sol.ys**2)
+
+    reference = jax.jit(jax.grad(loss, argnums=(0, 1)))(0.5, 1.0)
+    monkeypatch.setattr(_loops, "window_size", lambda *_: w)
+    grad = jax.jit(jax.grad(loss, argnums=(0, 1)))
+    jax.block_until_ready(grad(0.5, 1.0))
+    calls.clear()
+    got = grad(0.5, 1.0)
+    if schedule != "all":
+        plan = schedules.known_plan(n, c) if schedule == "known" else schedules.online_plan(n, c)
+        restores = sum(isinstance(a, schedules.Restore) for a in plan.actions)
+        assert len(calls) == 1 + 6 * plan.total + restores
+    np.testing.assert_allclose(got, reference, rtol=1e-12)
+
+
+def test_window_size_bounds_the_window_memory():
+    from odeckpt import _loops
+
+    body = _loops.LoopBody(*(lambda *a: None,) * 4, compress=lambda s: s,
+                           restore=None, emitters=())  # fmt: skip
+    assert _loops.window_size(body, None, jnp.zeros(2)) == _loops._WINDOW
+    assert _loops.window_size(body, None, jnp.zeros(10_000)) == 2
+    w = _loops.window_size(body, None, jnp.zeros(1000, jnp.float32))
+    assert 2 < w < _loops._WINDOW and w * 4000 <= _loops._WINDOW_BYTES
+
+
 def test_storing_every_step_costs_twice_the_forward_evaluations():
     vf, calls = _counting_field()
 
@@ -284,6 +334,9 @@ def test_checkpoint_memory_is_one_state_per_checkpoint():
     per_checkpoint = (temp_bytes(24) - temp_bytes(8)) / 16
     state_bytes = y0.nbytes + 64  # y plus the record's scalars
     assert y0.nbytes <= per_checkpoint <= 1.1 * state_bytes
+    # Besides the checkpoints: the step's stages and their VJP, and two windows of
+    # two states each (a window of 32 states would add 60 more).
+    assert temp_bytes(8) - 8 * per_checkpoint <= 48 * y0.nbytes
 
 
 @pytest.mark.parametrize(
