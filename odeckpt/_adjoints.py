@@ -76,7 +76,13 @@ class CheckpointAdjoint(AbstractAdjoint):
     Cost: with n steps and c checkpoints, n + t(n, c) step evaluations for a
     gradient when n is known, t(n, c) = r n - C(c + r, r - 1) with r minimal such that
     C(c + r, c) >= n (Griewank & Walther 2000); the online placement stays near this.
-    Memory: c states. Works with `jax.grad`/`jax.vjp`; use `ForwardMode` for `jax.jvp`.
+    Memory: c states, plus a window of up to 32 steps' checkpoint records, or fewer
+    so that it takes at most 64 KiB (at least 2 steps), held twice by the backward
+    pass. Under `jax.vmap` the budget applies per batch element: storing every step
+    allocates `max_steps` states per element, zero-filled by each gradient, so for
+    short solves of large batches a `max_steps` nearer the need, or an explicit
+    `checkpoints`, is faster. Works with `jax.grad`/`jax.vjp`; use `ForwardMode` for
+    `jax.jvp`.
 
     References:
         Griewank & Walther (2000), "Algorithm 799: Revolve", ACM TOMS 26(1).

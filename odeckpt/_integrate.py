@@ -86,6 +86,18 @@ def _all_finite(tree) -> jax.Array:
     return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
 
 
+_COMPARE_ALL = 256  # up to this many save times, count by comparing with all of them
+
+
+def _count_at_or_before(ts, t) -> jax.Array:
+    """How many of the ascending `ts` are <= t. A sum of comparisons for few save times
+    (one fused kernel, where a binary search is a loop nested in every step), a binary
+    search for many."""
+    if ts.shape[0] <= _COMPARE_ALL:
+        return jnp.sum(ts <= t, dtype=jnp.int32)
+    return jnp.searchsorted(ts, t, side="right").astype(jnp.int32)
+
+
 def clip_to_end(t_new, t_next, problem: Problem, accepted):
     """Land exactly on t1 when the next step would end within ~100 ulp of it."""
     t_new = jnp.minimum(t_new, problem.t1)
@@ -113,7 +125,7 @@ class Integrator(eqx.Module):
         zero = jnp.asarray(0, jnp.int32)
         save_index = zero
         if problem.ts is not None:
-            save_index = jnp.searchsorted(problem.ts, t0, side="right").astype(jnp.int32)
+            save_index = _count_at_or_before(problem.ts, t0)
         return State(
             t=t0, t_next=t_next, y=y0, solver_state=k0, controller=_initial_state(t0.dtype),
             num_accepted=zero, num_rejected=zero, save_index=save_index,
@@ -174,7 +186,7 @@ class Integrator(eqx.Module):
     def _save_index(self, problem, t, index):
         if problem.ts is None:
             return index
-        return jnp.searchsorted(problem.ts, t, side="right").astype(jnp.int32)
+        return _count_at_or_before(problem.ts, t)
 
     def cond(self, problem: Problem, state: State) -> jax.Array:
         return (state.t < problem.t1) & (state.result == RESULTS.successful)

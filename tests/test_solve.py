@@ -280,3 +280,24 @@ def test_grad_through_closure_over_traced_value():
     np.testing.assert_allclose(loss(k), np.sum(DECAY.y0) * (np.exp(-k) + np.exp(-2 * k)),
                                rtol=1e-8)  # fmt: skip
     np.testing.assert_allclose(jax.grad(loss)(k), expected, rtol=1e-8)
+
+
+@pytest.mark.parametrize("num_ts", [1, 7, 256, 257, 1000])
+def test_save_times_are_counted_like_a_binary_search(num_ts):
+    """Few save times are counted by comparing with all of them, many by binary search;
+    both must agree with `searchsorted`, repeated times and ties included."""
+    from odeckpt._integrate import _count_at_or_before
+
+    ts = jnp.sort(jnp.round(jax.random.uniform(jax.random.key(num_ts), (num_ts,)) * 20) / 20)
+    probes = jnp.concatenate([ts, ts + 1e-3, ts - 1e-3, jnp.asarray([-1.0, 2.0])])
+    got = jax.vmap(lambda t: _count_at_or_before(ts, t))(probes)
+    want = jnp.searchsorted(ts, probes, side="right")
+    np.testing.assert_array_equal(got, want)
+
+
+def test_many_save_times():
+    y0 = jnp.asarray([1.0])
+    many = jnp.linspace(0.0, 1.0, 300)
+    sol = oc.diffeqsolve(lambda t, y, a: -y, oc.Tsit5(), 0.0, 1.0, 0.1, y0,
+                         saveat=oc.SaveAt(ts=many), stepsize_controller=TIGHT)  # fmt: skip
+    np.testing.assert_allclose(sol.ys[:, 0], jnp.exp(-many), rtol=1e-7)
