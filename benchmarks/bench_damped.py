@@ -89,8 +89,11 @@ def counted(vf: Callable) -> Callable:
 
 
 def evaluations(fn: Callable, *args):
-    """(result, evaluations) of one call of the compiled `fn`."""
-    jax.block_until_ready(fn(*args))  # compile and warm up
+    """(result, evaluations) of the first call of the jitted `fn`.
+
+    Host callbacks run when the compiled function runs, never while it is traced or
+    compiled: the first call counts one execution, with no warm-up call.
+    """
     jax.effects_barrier()
     _EVALS[0] = 0
     out = jax.block_until_ready(fn(*args))

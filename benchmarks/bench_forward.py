@@ -136,7 +136,7 @@ def measure(problem, solver, y0, makers, quick: bool, flip=False, title=None) ->
         warn(f"STEP COUNT MISMATCH on {title} · {solver}: {steps} (accepted, rejected)")
     ys = [out[0] for out in outs.values()]
     diff = float(jnp.max(jnp.abs(ys[0] - ys[1])))
-    samples = interleaved_samples(compiled, (y0,), budget_seconds=1.0 if quick else 5.0)
+    samples = interleaved_samples(compiled, (y0,), budget_seconds=1.0 if quick else 2.0)
     seconds = {name: statistics.median(values) for name, values in samples.items()}
     time_ratio = paired_ratio(samples["odeckpt"], samples["diffrax"])
     return Measured(title, solver, steps, seconds, compile_times, time_ratio, diff)

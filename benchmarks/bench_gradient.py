@@ -362,7 +362,9 @@ def make_node_step(lib: str, c, static) -> Callable:
 
 
 def compile_table(quick: bool) -> tuple[Table, list]:
-    repeats = 1 if quick else 3
+    # One fresh compile per library and case in both modes: each costs 3-11 s, and a
+    # median of 3 added about 2 minutes to full mode (see run.FULL_BUDGET_SECONDS).
+    repeats = 1
     node_args, static = node_params()
     cases = [
         ("2-D linear ODE, adaptive", DEFAULT,
@@ -464,7 +466,7 @@ def walltime_rows(name: str, setup: Setup, params, cs, budget: float, rounds: in
 
 
 def walltime_table(quick: bool) -> tuple[Table, list]:
-    budget, rounds = (1.0, 5) if quick else (5.0, 11)
+    budget, rounds = (1.0, 5) if quick else (2.0, 7)
     damped_params = (jnp.asarray(DAMPED.y0), jnp.asarray(DAMPED.args))
     rows, ratios = walltime_rows(
         "damped oscillator (damping 1000), [0, 10], 2-D", damped_setup(), damped_params,
@@ -511,8 +513,8 @@ def overhead_table(quick: bool, n: int = 4000) -> Table:
             fns[f"{lib} grad {c}"] = jax.jit(make_grad(lib, setup, c)).lower(params).compile()
             fns[f"{lib} fwd {c}"] = jax.jit(make_loss(lib, setup, c)).lower(params).compile()
         print(f"  gradient: backward overhead c={c} compiled", flush=True)
-    budget = 2.0 if quick else 8.0
-    samples = interleaved_samples(fns, (params,), budget, min_rounds=5 if quick else 11)
+    budget = 2.0 if quick else 4.0
+    samples = interleaved_samples(fns, (params,), budget, min_rounds=5 if quick else 7)
     med = {k: statistics.median(v) for k, v in samples.items()}
 
     def per_eval(lib, c, r=None):
@@ -620,7 +622,9 @@ def run(quick: bool) -> Section:
         sweep.append(count_fixed(1000, c))
         print(f"  gradient: counts n=1000 c={c} done", flush=True)
     counts = [k for k in sweep if k.c in table_cs]
-    for c in (128,) if quick else table_cs:
+    # n = 10000 with c = 4 would cost ~170,000 steps of host callbacks per library
+    # (minutes): full mode counts c = 8, 32, 128 there.
+    for c in (128,) if quick else table_cs[1:]:
         counts.append(count_fixed(10000, c))
         print(f"  gradient: counts n=10000 c={c} done", flush=True)
     print(f"  gradient: step counts took {time.perf_counter() - start:.0f} s", flush=True)

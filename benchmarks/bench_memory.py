@@ -29,7 +29,7 @@ def coupled_decay(t, y, args):
 
 
 def setup(quick: bool) -> Setup:
-    steps = 128 if quick else 1024
+    steps = 128 if quick else 512
     return Setup(coupled_decay, float(steps), 1.0, True, steps)
 
 
@@ -78,7 +78,7 @@ def measure(quick: bool) -> dict:
         print(f"  memory: compiled c={c}", flush=True)
     samples = interleaved_samples(
         {f"{lib} {c}": fn for (lib, c), fn in compiled.items()}, (p,),
-        budget_seconds=2.0 if quick else 8.0, min_rounds=5 if quick else 11,
+        budget_seconds=2.0 if quick else 4.0, min_rounds=5,
     )  # fmt: skip
     seconds = {key: statistics.median(samples[f"{key[0]} {key[1]}"]) for key in compiled}
     return {"setup": s, "analysis": analysis, "seconds": seconds}

@@ -190,9 +190,7 @@ def _vmap_table(params, static, y0, targets, quick: bool) -> Table:
             lambda name=name: make_step(name, static), args, 1
         )
         outs[name] = jax.block_until_ready(compiled[name](*args))
-    samples = _slow_samples(
-        compiled, args, budget_seconds=10.0 if quick else 60.0, min_rounds=3 if quick else 5
-    )
+    samples = _slow_samples(compiled, args, budget_seconds=10.0 if quick else 40.0, min_rounds=3)
     rows = []
     for name in solves:
         steps = int(outs[name][2])
@@ -303,8 +301,8 @@ def _torch_spec(params, y0, targets, quick: bool) -> dict:
             "rtol": RTOL,
             "atol": ATOL,
             "max_steps": MAX_STEPS,
-            "repeats": 7 if quick else 21,
-            "budget_seconds": 10.0 if quick else 30.0,
+            "repeats": 7 if quick else 11,
+            "budget_seconds": 10.0 if quick else 15.0,
         }
     }
 
@@ -326,7 +324,7 @@ def _batched_table(params, static, y0, targets, quick: bool) -> tuple[Table, lis
         outs[name] = jax.block_until_ready(compiled[name](*args))
         counts[name] = _count(name, static, args)
     samples = interleaved_samples(
-        compiled, args, budget_seconds=10.0 if quick else 30.0, min_rounds=5 if quick else 11
+        compiled, args, budget_seconds=10.0 if quick else 15.0, min_rounds=5 if quick else 7
     )
     seconds = {name: statistics.median(samples[name]) for name in names}
     print("  torchdiffeq (torch_peer.py)", flush=True)

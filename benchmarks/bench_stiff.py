@@ -278,7 +278,7 @@ def time_pair(label, runs, case: Case, ref, weights, quick: bool) -> Timed:
         for i, fn in enumerate(fns):
             compiled[i], sec = compile_seconds(lambda fn=fn: lambda a: fn(a), args)
             compile_.setdefault(kind, []).append(sec)
-        samples = interleaved_samples(compiled, (args,), budget_seconds=1.0 if quick else 5.0)
+        samples = interleaved_samples(compiled, (args,), budget_seconds=1.0 if quick else 2.0)
         seconds[kind] = tuple(statistics.median(samples[i]) for i in (0, 1))
         ratios[kind] = paired_ratio(samples[0], samples[1])
     names = (runs[0][0], runs[1][0])

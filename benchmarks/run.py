@@ -8,6 +8,11 @@ Each section is a module `bench_<name>.py` next to this file exposing
 backends (e.g. `RESULTS-gpu.md`); plots under `benchmarks/plots/`. Running a subset of
 sections replaces only those sections in the results file and keeps the others, each
 section stating when and in which mode it was measured.
+
+Full mode must finish in under 30 minutes on an idle 2-core CPU (`FULL_LIMIT_SECONDS`);
+`FULL_BUDGET_SECONDS` gives each section its share, and the header of the results file
+records how long the last run took, in which mode, and the sum of the sections' own
+times.
 """
 
 import argparse
@@ -37,7 +42,27 @@ REGISTRY = {
     "stiff": "bench_stiff",
 }
 
+# Full mode's time limit on an idle 2-core CPU, and each section's share of it in seconds:
+# 25 minutes in all, leaving room for a loaded machine. "memory" costs almost nothing in
+# a run of every section (the gradient section has already measured it for its plot):
+# its share applies to `--only memory` and is not counted in the 25 minutes. A section
+# that runs past its share is reported on the console; trim its repeats, sampling
+# budgets or largest sizes, not the rows quick mode has. Measured 2026-11-30, each section
+# alone while another user's jobs kept the load average at 2-6: forward 108 s, gradient
+# 635 s, damped 388 s, neural_ode 289 s, stiff 304 s; 1724 s (29 min) in all (memory:
+# 120 s alone).
+FULL_LIMIT_SECONDS = 30 * 60
+FULL_BUDGET_SECONDS = {
+    "forward": 180,
+    "gradient": 480,
+    "memory": 120,
+    "damped": 300,
+    "neural_ode": 240,
+    "stiff": 300,
+}
+
 _BLOCK = re.compile(r"<!-- section:(\w+) -->\n.*?<!-- /section:\1 -->\n", re.S)
+_STAMP = re.compile(r"_Measured \S+ in (quick|full) mode, (\d+) s,")
 
 
 def available_sections() -> list[str]:
@@ -85,7 +110,39 @@ def _version(package: str) -> str:
         return "not installed"
 
 
-def header() -> str:
+def _minutes(seconds: float) -> str:
+    return f"{seconds:.0f} s ({seconds / 60:.1f} min)"
+
+
+def run_line(quick: bool, done: list[str], planned: list[str], seconds: float) -> str:
+    """The header's account of the last run: mode, sections, total wall time."""
+    mode = "quick" if quick else "full"
+    every = set(planned) == set(available_sections())
+    which = "all sections" if every else "sections " + ", ".join(planned)
+    status = "" if done == planned else f" (so far: {len(done)} of {len(planned)} sections done)"
+    limit = (
+        f"; full mode's limit is {FULL_LIMIT_SECONDS // 60} min on an idle 2-core CPU"
+        if not quick
+        else ""
+    )
+    return f"- Last run: {mode} mode, {which}, {_minutes(seconds)}{status}{limit}"
+
+
+def stamps_line(blocks: dict[str, str]) -> str:
+    """The sum of the per-section times stamped in `blocks`, and their modes."""
+    found = {name: _STAMP.search(block) for name, block in blocks.items()}
+    timed = {name: m for name, m in found.items() if m}
+    total = sum(int(m.group(2)) for m in timed.values())
+    full = [name for name, m in timed.items() if m.group(1) == "full"]
+    modes = (
+        "all in full mode"
+        if len(full) == len(timed)
+        else f"{len(full)} of {len(timed)} in full mode"
+    )
+    return f"- Sum of the {len(timed)} section times stamped below: {_minutes(total)} ({modes})"
+
+
+def header(run: str = "", stamps: str = "") -> str:
     devices = jax.devices()
     versions = ", ".join(
         f"{p} {_version(p)}" for p in ("jax", "jaxlib", "equinox", "diffrax", "odeckpt")
@@ -103,6 +160,7 @@ def header() -> str:
         f"- JAX backend: {jax.default_backend()}; {len(devices)} x "
         f"{devices[0].device_kind}; float64 on",
         f"- Versions: Python {platform.python_version()}, {versions}",
+        *filter(None, [run, stamps]),
         "",
     ])  # fmt: skip
 
@@ -138,6 +196,12 @@ def run_section(name: str, quick: bool) -> str:
         f"{seconds:.0f} s, on {jax.default_backend()}, load average {_load()} at the end."
     )
     print(f"[{name}] done in {seconds:.0f} s", flush=True)
+    budget = FULL_BUDGET_SECONDS.get(name)
+    if not quick and budget and seconds > budget:
+        print(
+            f"[{name}] over its full-mode budget of {budget} s (load average {_load()})",
+            flush=True,
+        )
     return render(name, section, stamp)
 
 
@@ -160,8 +224,10 @@ def main(argv=None) -> int:
     if missing:
         parser.error(f"no module yet for section(s) {missing}; present: {present}")
     path = results_path()
+    names = options.only or present
     failed = False
-    for name in options.only or present:
+    start = time.perf_counter()
+    for i, name in enumerate(names):
         block = run_section(name, options.quick)
         failed |= "**failed**" in block
         # Re-read the file before each write: sections measured by another run in the
@@ -169,8 +235,14 @@ def main(argv=None) -> int:
         blocks = previous_blocks(path)
         blocks[name] = block
         body = "\n".join(blocks[name] for name in REGISTRY if name in blocks)
-        path.write_text(header() + "\n" + body)
+        seconds = time.perf_counter() - start
+        run = run_line(options.quick, names[: i + 1], names, seconds)
+        path.write_text(header(run, stamps_line(blocks)) + "\n" + body)
         print(f"wrote {path}", flush=True)
+    total = time.perf_counter() - start
+    print(f"[run] {len(names)} section(s) in {_minutes(total)}", flush=True)
+    if not options.quick and set(names) == set(present) and total > FULL_LIMIT_SECONDS:
+        print(f"[run] full mode ran past its limit of {FULL_LIMIT_SECONDS} s", flush=True)
     return 1 if failed else 0
 
 
