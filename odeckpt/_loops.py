@@ -482,12 +482,14 @@ def _backward_store_all(body, theta, res: _Residuals, ct_state, ct_buffers, w):
 
 
 class _Plan(eqx.Module):
-    """The checkpoint stack of the backward pass (mirrors `odeckpt.schedules`)."""
+    """The checkpoint stack of the backward pass (mirrors `odeckpt.schedules`); or,
+    inside a window, a view of its top entries (`_view`)."""
 
     b: jax.Array  # steps b-1, ..., 0 remain to be reversed
-    count: jax.Array  # live checkpoints on the stack
-    stack_pos: jax.Array  # (c,) positions, ascending
-    stack_slot: jax.Array  # (c,) slot holding each
+    count: jax.Array  # live checkpoints in `stack_pos` (above `base`)
+    stack_pos: jax.Array  # positions, ascending
+    stack_slot: jax.Array  # slot holding each; -1: pushed in a window, slot not yet chosen
+    base: jax.Array  # live checkpoints below the view (0 for the whole stack)
 
 
 def _initial_plan(res: _Residuals, c: int) -> _Plan:
@@ -496,17 +498,43 @@ def _initial_plan(res: _Residuals, c: int) -> _Plan:
     order = jnp.argsort(jnp.where(valid, res.slot_pos, jnp.iinfo(jnp.int32).max))
     count = jnp.sum(valid).astype(jnp.int32)
     stack_pos = jnp.where(jnp.arange(c) < count, res.slot_pos[order], -1).astype(jnp.int32)
-    return _Plan(b=res.n, count=count, stack_pos=stack_pos, stack_slot=order.astype(jnp.int32))
+    return _Plan(res.n, count, stack_pos, order.astype(jnp.int32), jnp.asarray(0, jnp.int32))
 
 
 def _top(plan: _Plan):
     return plan.stack_pos[plan.count - 1]
 
 
-def _free_slot(plan: _Plan, c: int):
-    live = jnp.where(jnp.arange(c) < plan.count, plan.stack_slot, c)
-    used = jnp.zeros((c,), bool).at[live].set(True, mode="drop")
-    return jnp.argmin(used).astype(jnp.int32)
+def _view(plan: _Plan, w: int) -> _Plan:
+    """The top w + 1 entries of the stack, with room for w pushes: all a window needs
+    (its live checkpoints, at most w, and the one below it). The per-segment loops
+    carry this instead of the c-long stack, so that their buffers stay small for any c
+    (see the comment above `_WINDOW`)."""
+    base = jnp.maximum(plan.count - (w + 1), 0)
+    k = jnp.arange(2 * w + 1)
+    live = k < plan.count - base
+    index = jnp.minimum(base + k, plan.stack_pos.shape[0] - 1)
+    pos = jnp.where(live, plan.stack_pos[index], -1)
+    slot = jnp.where(live, plan.stack_slot[index], -1)
+    return _Plan(plan.b, plan.count - base, pos, slot, base)
+
+
+def _merge(plan: _Plan, view: _Plan, c: int) -> _Plan:
+    """The whole stack after a window's work on `view`; checkpoints pushed in the
+    window take free slots (those of no live checkpoint)."""
+    k = jnp.arange(view.stack_pos.shape[0])
+    index = jnp.where(k < view.count, view.base + k, c)
+    stack_pos = plan.stack_pos.at[index].set(view.stack_pos, mode="drop")
+    stack_slot = plan.stack_slot.at[index].set(view.stack_slot, mode="drop")
+    count = view.base + view.count
+    live = jnp.arange(c) < count
+    held = jnp.where(live & (stack_slot >= 0), stack_slot, c)
+    used = jnp.zeros((c,), bool).at[held].set(True, mode="drop")
+    free = jnp.argsort(used, stable=True).astype(jnp.int32)  # unused slots first
+    new = live & (stack_slot < 0)
+    rank = jnp.cumsum(new) - 1
+    stack_slot = jnp.where(new, free[jnp.clip(rank, 0, c - 1)], stack_slot)
+    return _Plan(view.b, count, stack_pos, stack_slot, jnp.asarray(0, jnp.int32))
 
 
 def _push(plan: _Plan, pos, slot, push) -> _Plan:
@@ -514,13 +542,13 @@ def _push(plan: _Plan, pos, slot, push) -> _Plan:
                           plan.stack_pos)  # fmt: skip
     stack_slot = jnp.where(push, plan.stack_slot.at[plan.count].set(slot, mode="drop"),
                            plan.stack_slot)  # fmt: skip
-    return _Plan(plan.b, plan.count + push, stack_pos, stack_slot)
+    return _Plan(plan.b, plan.count + push, stack_pos, stack_slot, plan.base)
 
 
 def _segment(plan: _Plan, top, c: int):
     """The Revolve segment from the top checkpoint (at `top`) towards step b - 1:
     `(target, push)`, where the state reached at `target` is stored if `push`."""
-    length, snaps = plan.b - top, c - plan.count + 1
+    length, snaps = plan.b - top, c - (plan.base + plan.count) + 1
     push = snaps > 1
     split = lax.cond(push, sj.revolve_split, lambda length, snaps: length - 1, length, snaps)
     return top + split, push
@@ -588,7 +616,7 @@ def _advance(body: LoopBody, theta, c: int, window: _Window, plan: _Plan, hand: 
         store = arrived & hand.push
         row = jnp.where(store, pos - window.start, window.w)
         states = _store(states, row, body.compress(state))
-        plan = _push(plan, pos, _free_slot(plan, c), store)
+        plan = _push(plan, pos, jnp.asarray(-1, jnp.int32), store)  # slot: see `_merge`
         keep = lambda plan, pos: (hand.target, hand.push)  # noqa: E731
         target, push = lax.cond(arrived, ft.partial(_segment, c=c), keep, plan, pos)
         return plan, _Hand(state, pos, target, push, hand.held), states
@@ -614,7 +642,8 @@ def _run_window(body: LoopBody, theta, c: int, window: _Window, ct_buffers, carr
         replay = _index(window.replays, b - window.start)
         d_th, ct_st = reverse_step(body, theta, hand.state, replay, ct_st, ct_buffers)
         count = plan.count - (_top(plan) == b)
-        return _Plan(b, count, plan.stack_pos, plan.stack_slot), _add(ct_th, d_th), ct_st
+        plan = _Plan(b, count, plan.stack_pos, plan.stack_slot, plan.base)
+        return plan, _add(ct_th, d_th), ct_st
 
     def iteration(carry):
         plan, hand, window, ct_th, ct_st, _ = carry
@@ -645,9 +674,10 @@ def _backward_online(body, theta, res: _Residuals, ct_state, ct_buffers, c, w):
         pos = jnp.where(hand.held, hand.pos, _top(plan))
         start = jnp.minimum(pos, jnp.maximum(plan.b - w, 0))
         opened = _open_window(slots, res.decisions, plan, start, w)
-        plan, hand, closed, ct_th, ct_st = _run_window(
-            body, theta, c, opened, ct_buffers, (plan, hand, ct_th, ct_st)
+        view, hand, closed, ct_th, ct_st = _run_window(
+            body, theta, c, opened, ct_buffers, (_view(plan, w), hand, ct_th, ct_st)
         )
+        plan = _merge(plan, view, c)
         return plan, hand, _close_window(slots, plan, closed, c), ct_th, ct_st
 
     like = eqx.filter_eval_shape(body.restore, theta, _index(res.slots, 0))

@@ -228,7 +228,7 @@ def _counting_field():
 
 
 @pytest.mark.parametrize("schedule", ["table", "traced", "known"])
-@pytest.mark.parametrize(("n", "c"), [(10, 3), (37, 4), (60, 2), (7, 1), (25, 25)])
+@pytest.mark.parametrize(("n", "c"), [(10, 3), (37, 4), (60, 2), (7, 1), (25, 25), (200, 90)])
 def test_evaluations_match_the_plan(n, c, schedule, monkeypatch):
     """The traced loop performs exactly the plan of `odeckpt.schedules`: 1 evaluation
     at the start, 6 per Tsit5 step evaluation (forward, advance or taped) and 1 per
