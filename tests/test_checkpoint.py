@@ -256,7 +256,7 @@ def test_evaluations_match_the_plan(n, c, schedule, monkeypatch):
     assert len(calls) == 1 + 6 * plan.total + restores
 
 
-@pytest.mark.parametrize("w", [2, 3, 7])
+@pytest.mark.parametrize("w", [2, 5])
 @pytest.mark.parametrize("schedule", ["table", "traced", "known", "all"])
 def test_small_windows_keep_the_plan_and_the_gradient(w, schedule, monkeypatch):
     """Large states get windows of fewer steps (`_loops.window_size`); the evaluations
