@@ -537,10 +537,11 @@ def _merge(plan: _Plan, view: _Plan, c: int) -> _Plan:
     return _Plan(view.b, count, stack_pos, stack_slot, jnp.asarray(0, jnp.int32))
 
 
-def _push(plan: _Plan, pos, slot, push) -> _Plan:
+def _push(plan: _Plan, pos, push) -> _Plan:
+    """Push the checkpoint at `pos` if `push`; its slot is chosen by `_merge`."""
     stack_pos = jnp.where(push, plan.stack_pos.at[plan.count].set(pos, mode="drop"),
                           plan.stack_pos)  # fmt: skip
-    stack_slot = jnp.where(push, plan.stack_slot.at[plan.count].set(slot, mode="drop"),
+    stack_slot = jnp.where(push, plan.stack_slot.at[plan.count].set(-1, mode="drop"),
                            plan.stack_slot)  # fmt: skip
     return _Plan(plan.b, plan.count + push, stack_pos, stack_slot, plan.base)
 
@@ -616,7 +617,7 @@ def _advance(body: LoopBody, theta, c: int, window: _Window, plan: _Plan, hand: 
         store = arrived & hand.push
         row = jnp.where(store, pos - window.start, window.w)
         states = _store(states, row, body.compress(state))
-        plan = _push(plan, pos, jnp.asarray(-1, jnp.int32), store)  # slot: see `_merge`
+        plan = _push(plan, pos, store)
         keep = lambda plan, pos: (hand.target, hand.push)  # noqa: E731
         target, push = lax.cond(arrived, ft.partial(_segment, c=c), keep, plan, pos)
         return plan, _Hand(state, pos, target, push, hand.held), states
