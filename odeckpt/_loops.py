@@ -62,8 +62,24 @@ class LoopOutput(eqx.Module):
     num_steps: jax.Array
 
 
-def _empty_buffers(body: LoopBody, theta, state) -> tuple:
-    _, record, _ = eqx.filter_eval_shape(body.step, theta, state)
+class _Like(eqx.Module):
+    """Shapes and dtypes of what one step produces: its output record and recorded
+    decisions. Traced once per loop (tracing the step is most of a solve's trace time)."""
+
+    record: Any
+    replay: Any
+
+
+def _step_like(body: LoopBody, theta, state) -> _Like:
+    def fn(theta, state):
+        new, record, accepted = body.step(theta, state)
+        return record, body.replay(new, accepted)
+
+    return _Like(*eqx.filter_eval_shape(fn, theta, state))
+
+
+def _empty_buffers(body: LoopBody, theta, record) -> tuple:
+    """Output buffers (filled with inf) for a step whose record is shaped like `record`."""
 
     def empty(e: Emitter):
         shape = eqx.filter_eval_shape(e.value, theta, record, jnp.asarray(0))
@@ -109,7 +125,8 @@ def forward_loop(body: LoopBody, theta, state0, max_steps: int | None) -> LoopOu
         new, record, _ = body.step(theta, state)
         return new, _write(body, theta, state, new, record, buffers), i + 1
 
-    init = (state0, _empty_buffers(body, theta, state0), jnp.asarray(0, jnp.int32))
+    record = eqx.filter_eval_shape(body.step, theta, state0)[1]
+    init = (state0, _empty_buffers(body, theta, record), jnp.asarray(0, jnp.int32))
     state, buffers, n = lax.while_loop(cond, step, init)
     return LoopOutput(state, buffers, n)
 
@@ -263,7 +280,7 @@ def _as_arrays(tree):
 
 
 @eqx.filter_custom_vjp
-def _checkpointed(vjp_arg, body, max_steps, checkpoints, expected, w):
+def _checkpointed(vjp_arg, body, max_steps, checkpoints, expected, w, like):
     theta, state0 = _as_arrays(vjp_arg)
     return forward_loop(body, theta, state0, max_steps)
 
@@ -278,33 +295,26 @@ def checkpointed_loop(
     offline optimum, instead of placing checkpoints online. A wrong value costs
     recomputation only, never correctness."""
     w = window_size(body, theta, state0)
-    return _checkpointed((theta, state0), body, max_steps, checkpoints, expected, w)
+    like = _step_like(body, theta, state0)
+    return _checkpointed((theta, state0), body, max_steps, checkpoints, expected, w, like)
 
 
 @_checkpointed.def_fwd
-def _checkpointed_fwd(perturbed, vjp_arg, body, max_steps, checkpoints, expected, w):
+def _checkpointed_fwd(perturbed, vjp_arg, body, max_steps, checkpoints, expected, w, like):
     theta, state0 = _as_arrays(vjp_arg)
     if checkpoints >= max_steps:
-        return _forward_store_all(body, theta, state0, max_steps, w)
-    return _forward_online(body, theta, state0, max_steps, checkpoints, expected, w)
+        return _forward_store_all(body, theta, state0, max_steps, w, like)
+    return _forward_online(body, theta, state0, max_steps, checkpoints, expected, w, like)
 
 
 # ----------------------------------------------------------------------------------
 # The forward pass, in runs of at most a window's steps
 
 
-def _replay_like(body, theta, state0):
-    def fn(theta, state):
-        new, _, accepted = body.step(theta, state)
-        return body.replay(new, accepted)
-
-    return eqx.filter_eval_shape(fn, theta, state0)
-
-
-def _run(body, theta, state0, state, buffers, i, length, keep_states, w):
+def _run(body, theta, state0, state, buffers, i, length, keep_states, w, like: _Like):
     """Up to `length <= w` steps from step i; returns the state, the outputs, the
     number of steps taken, and a window of their decisions (and states if asked)."""
-    decisions = _stack_like(_replay_like(body, theta, state), w)
+    decisions = _stack_like(like.replay, w)
     states = _stack_like(state, w) if keep_states else None
 
     def cond(carry):
@@ -333,20 +343,20 @@ def _any_going(body, theta, max_steps):
     return lambda carry: any_in_batch(_keep_going(body, theta, max_steps, carry[0], carry[2]))
 
 
-def _forward_store_all(body, theta, state0, max_steps, w):
+def _forward_store_all(body, theta, state0, max_steps, w, like: _Like):
     store = _stack_like(state0, max_steps + w)
-    decisions = _stack_like(_replay_like(body, theta, state0), max_steps + w)
+    decisions = _stack_like(like.replay, max_steps + w)
 
     def chunk(carry):
         state, buffers, i, store, decisions = carry
         going = _keep_going(body, theta, max_steps, state, i)
         length = jnp.where(going, jnp.minimum(max_steps - i, w), 0)
         state, buffers, k, window, states = _run(
-            body, theta, state0, state, buffers, i, length, keep_states=True, w=w
+            body, theta, state0, state, buffers, i, length, keep_states=True, w=w, like=like
         )
         return state, buffers, i + k, _flush(store, i, states), _flush(decisions, i, window)
 
-    init = (state0, _empty_buffers(body, theta, state0), jnp.asarray(0, jnp.int32),
+    init = (state0, _empty_buffers(body, theta, like.record), jnp.asarray(0, jnp.int32),
             store, decisions)  # fmt: skip
     cond = _any_going(body, theta, max_steps)
     state, buffers, n, store, decisions = lax.while_loop(cond, chunk, init)
@@ -413,8 +423,8 @@ def _online_schedule(c: int, max_steps: int, expected: int | None, w: int):
     return sj.online_decide(sj.online_init(c), 0), ahead
 
 
-def _forward_online(body, theta, state0, max_steps, c, expected, w):
-    decisions = _stack_like(_replay_like(body, theta, state0), max_steps + w)
+def _forward_online(body, theta, state0, max_steps, c, expected, w, like: _Like):
+    decisions = _stack_like(like.replay, max_steps + w)
     (online, slot), ahead = _online_schedule(c, max_steps, expected, w)
 
     def chunk(carry):
@@ -426,14 +436,14 @@ def _forward_online(body, theta, state0, max_steps, c, expected, w):
         online, length, slot = ahead(online, i)
         length = jnp.where(going, jnp.minimum(length, max_steps - i), 0)
         state, buffers, k, window, _ = _run(
-            body, theta, state0, state, buffers, i, length, keep_states=False, w=w
+            body, theta, state0, state, buffers, i, length, keep_states=False, w=w, like=like
         )
         decisions = _flush(decisions, i, window)
         return state, buffers, i + k, online, slot, slots, positions, decisions
 
     slots = _stack_like(body.compress(state0), c)
     positions = jnp.full((c,), -1, jnp.int32)
-    init = (state0, _empty_buffers(body, theta, state0), jnp.asarray(0, jnp.int32),
+    init = (state0, _empty_buffers(body, theta, like.record), jnp.asarray(0, jnp.int32),
             online, slot, slots, positions, decisions)  # fmt: skip
     cond = _any_going(body, theta, max_steps)
     state, buffers, n, _, _, slots, positions, decisions = lax.while_loop(cond, chunk, init)
@@ -447,12 +457,12 @@ def _forward_online(body, theta, state0, max_steps, c, expected, w):
 
 @_checkpointed.def_bwd
 def _checkpointed_bwd(
-    residuals, grad_obj, perturbed, vjp_arg, body, max_steps, checkpoints, expected, w
+    residuals, grad_obj, perturbed, vjp_arg, body, max_steps, checkpoints, expected, w, like
 ):
     theta, state0 = _as_arrays(vjp_arg)
-    out_like = eqx.filter_eval_shape(forward_loop, body, theta, state0, max_steps)
-    ct_state = eqx.filter(_materialize(grad_obj.state, out_like.state), _is_diff)
-    ct_buffers = _materialize(grad_obj.buffers, out_like.buffers)
+    buffers_like = eqx.filter_eval_shape(_empty_buffers, body, theta, like.record)
+    ct_state = eqx.filter(_materialize(grad_obj.state, state0), _is_diff)
+    ct_buffers = _materialize(grad_obj.buffers, buffers_like)
     if residuals.store is not None:
         return _backward_store_all(body, theta, residuals, ct_state, ct_buffers, w)
     return _backward_online(body, theta, residuals, ct_state, ct_buffers, checkpoints, w)
