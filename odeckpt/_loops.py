@@ -31,7 +31,7 @@ import numpy as np
 from jax import lax
 
 from . import _schedule_jax as sj, schedules
-from ._batching import any_in_batch
+from ._batching import any_in_batch, batched_like
 
 
 class Emitter(eqx.Module):
@@ -168,7 +168,7 @@ def _emitter_cotangents(body, theta, state, new, record, ct_buffers):
     """Cotangents of theta and the record from the outputs this step wrote."""
     th_d, th_s = eqx.partition(theta, _is_diff)
     rec_d, rec_s = eqx.partition(record, _is_diff)
-    acc = (_zeros(th_d), _zeros(rec_d))
+    acc = batched_like((_zeros(th_d), _zeros(rec_d)), (state, ct_buffers))
     for e, ct_buf in zip(body.emitters, ct_buffers, strict=True):
         lo, hi = e.span(state, new)
 
@@ -332,7 +332,7 @@ def _run(body, theta, state0, state, buffers, i, length, keep_states, w, like: _
         return new, buffers, j + 1, decisions, states
 
     init = (state, buffers, jnp.asarray(0, jnp.int32), decisions, states)
-    return lax.while_loop(cond, step, init)
+    return lax.while_loop(cond, step, batched_like(init, state))
 
 
 def _any_going(body, theta, max_steps):
@@ -359,7 +359,7 @@ def _forward_store_all(body, theta, state0, max_steps, w, like: _Like):
     init = (state0, _empty_buffers(body, theta, like.record), jnp.asarray(0, jnp.int32),
             store, decisions)  # fmt: skip
     cond = _any_going(body, theta, max_steps)
-    state, buffers, n, store, decisions = lax.while_loop(cond, chunk, init)
+    state, buffers, n, store, decisions = lax.while_loop(cond, chunk, batched_like(init, state0))
     return LoopOutput(state, buffers, n), _Residuals(n, decisions, store, None, None)
 
 
@@ -446,6 +446,7 @@ def _forward_online(body, theta, state0, max_steps, c, expected, w, like: _Like)
     init = (state0, _empty_buffers(body, theta, like.record), jnp.asarray(0, jnp.int32),
             online, slot, slots, positions, decisions)  # fmt: skip
     cond = _any_going(body, theta, max_steps)
+    init = batched_like(init, state0)
     state, buffers, n, _, _, slots, positions, decisions = lax.while_loop(cond, chunk, init)
     residuals = _Residuals(n, decisions, None, slots, positions)
     return LoopOutput(state, buffers, n), residuals
@@ -487,6 +488,7 @@ def _backward_store_all(body, theta, res: _Residuals, ct_state, ct_buffers, w):
         return (start, *lax.fori_loop(0, b - start, step, (ct_th, ct_st)))
 
     init = (res.n, _zeros(eqx.filter(theta, _is_diff)), ct_state)
+    init = batched_like(init, (res.n, ct_state))
     _, ct_th, ct_st = lax.while_loop(lambda carry: carry[0] > 0, chunk, init)
     return ct_th, ct_st
 
@@ -622,7 +624,8 @@ def _advance(body: LoopBody, theta, c: int, window: _Window, plan: _Plan, hand: 
     def segment(carry):
         plan, hand, states = carry
         end = jnp.minimum(hand.target, stop)
-        state, pos = lax.while_loop(lambda carry: carry[1] < end, step, (hand.state, hand.pos))
+        init = batched_like((hand.state, hand.pos), (hand, end))
+        state, pos = lax.while_loop(lambda carry: carry[1] < end, step, init)
         arrived = pos == hand.target
         store = arrived & hand.push
         row = jnp.where(store, pos - window.start, window.w)
@@ -632,7 +635,7 @@ def _advance(body: LoopBody, theta, c: int, window: _Window, plan: _Plan, hand: 
         target, push = lax.cond(arrived, ft.partial(_segment, c=c), keep, plan, pos)
         return plan, _Hand(state, pos, target, push, hand.held), states
 
-    init = (plan, hand, window.states)
+    init = batched_like((plan, hand, window.states), (plan, hand))
     plan, hand, states = lax.while_loop(lambda carry: carry[1].pos < stop, segment, init)
     return plan, hand, eqx.tree_at(lambda w: w.states, window, states)
 
@@ -670,6 +673,7 @@ def _run_window(body: LoopBody, theta, c: int, window: _Window, ct_buffers, carr
 
     plan, hand, ct_th, ct_st = carry
     init = (plan, hand, window, ct_th, ct_st, plan.b > 0)  # b = 0: a finished batch element
+    init = batched_like(init, carry)
     plan, hand, window, ct_th, ct_st, _ = lax.while_loop(lambda carry: carry[-1], iteration, init)
     return plan, hand, window, ct_th, ct_st
 
@@ -697,6 +701,7 @@ def _backward_online(body, theta, res: _Residuals, ct_state, ct_buffers, c, w):
     hand = _Hand(placeholder, zero, zero, jnp.asarray(False), jnp.asarray(False))
     init = (_initial_plan(res, c), hand, res.slots, _zeros(eqx.filter(theta, _is_diff)),
             ct_state)  # fmt: skip
+    init = batched_like(init, (res, ct_state))
     cond = lambda carry: any_in_batch(carry[0].b > 0)  # see `_any_going`  # noqa: E731
     _, _, _, ct_th, ct_st = lax.while_loop(cond, window, init)
     return ct_th, ct_st
