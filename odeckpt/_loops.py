@@ -541,8 +541,10 @@ def _merge(plan: _Plan, view: _Plan, c: int) -> _Plan:
     count = view.base + view.count
     live = jnp.arange(c) < count
     held = jnp.where(live & (stack_slot >= 0), stack_slot, c)
-    used = jnp.zeros((c,), bool).at[held].set(True, mode="drop")
-    free = jnp.argsort(used, stable=True).astype(jnp.int32)  # unused slots first
+    unused = jnp.ones((c,), bool).at[held].set(False, mode="drop")
+    # free[k]: the k-th unused slot (a scatter by rank: no sort, O(c) per window)
+    order = jnp.where(unused, jnp.cumsum(unused) - 1, c)
+    free = jnp.zeros((c,), jnp.int32).at[order].set(jnp.arange(c, dtype=jnp.int32), mode="drop")
     new = live & (stack_slot < 0)
     rank = jnp.cumsum(new) - 1
     stack_slot = jnp.where(new, free[jnp.clip(rank, 0, c - 1)], stack_slot)
