@@ -4,6 +4,7 @@ documented, and a loop under `jax.vmap` traced once per body."""
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from jax import lax
 
 from odeckpt._batching import any_in_batch, batched_like
@@ -23,19 +24,13 @@ def test_batched_like_keeps_values_and_batches_the_carry():
     same = batched_like(tree, jnp.ones(3))
     assert all(a is b or np.array_equal(a, b) for a, b in zip(same, tree, strict=True))
 
-    def inspect(x):
-        out = batched_like(tree, x)
-        # out_axes=None fails for a batched value: every leaf must now be batched
-        return out
+    def batch(x):
+        return batched_like(tree, x)
 
-    out = jax.vmap(inspect)(jnp.arange(3.0))
+    out = jax.vmap(batch)(jnp.arange(3.0))
     assert out[0].shape == (3,) and out[1].shape == (3, 2)
-    try:
-        jax.vmap(inspect, out_axes=None)(jnp.arange(3.0))
-    except ValueError:
-        pass
-    else:
-        raise AssertionError("batched_like left a leaf unbatched under vmap")
+    with pytest.raises(ValueError):  # out_axes=None: only an unbatched leaf could pass
+        jax.vmap(batch, out_axes=None)(jnp.arange(3.0))
     # Nothing batched in `like`: the tree stays unbatched.
     unbatched = jax.vmap(lambda x: batched_like(tree, jnp.ones(2)), out_axes=None)(jnp.arange(3.0))
     assert unbatched[1].shape == (2,)
