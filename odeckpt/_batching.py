@@ -1,4 +1,6 @@
-"""`any_in_batch`: a loop condition that stays unbatched under `jax.vmap`."""
+"""Two identities with their own `jax.vmap` rules, for the checkpointed loop:
+`any_in_batch`, a loop condition that stays unbatched, and `batched_like`, a loop's
+initial carry batched as it will end."""
 
 import jax
 import jax.numpy as jnp

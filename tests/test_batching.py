@@ -15,7 +15,7 @@ def test_any_in_batch_is_the_identity_unbatched_and_any_under_vmap():
     assert not bool(any_in_batch(jnp.asarray(False)))
     out = jax.vmap(any_in_batch)(jnp.asarray([False, True, False]))
     assert out.shape == (3,) and bool(jnp.all(out))  # unbatched, broadcast by out_axes
-    out = jax.vmap(lambda g: any_in_batch(g), out_axes=None)(jnp.asarray([False, False]))
+    out = jax.vmap(any_in_batch, out_axes=None)(jnp.asarray([False, False]))
     assert out.shape == () and not bool(out)
 
 
