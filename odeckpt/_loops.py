@@ -125,7 +125,9 @@ def forward_loop(body: LoopBody, theta, state0, max_steps: int | None) -> LoopOu
         new, record, _ = body.step(theta, state)
         return new, _write(body, theta, state, new, record, buffers), i + 1
 
-    record = _step_like(body, theta, state0).record
+    # Not `_step_like`: the continuous adjoints' taped bodies (`_tape`) run this loop,
+    # and their `replay` does not apply to their (State, Tape) state.
+    record = eqx.filter_eval_shape(body.step, theta, state0)[1]
     init = (state0, _empty_buffers(body, theta, record), jnp.asarray(0, jnp.int32))
     state, buffers, n = lax.while_loop(cond, step, init)
     return LoopOutput(state, buffers, n)
