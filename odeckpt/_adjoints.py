@@ -5,11 +5,17 @@ import jax
 import numpy as np
 
 from . import schedules
+from ._batching import batch_size
 from ._integrate import Integrator, Problem, State
 from ._loops import LoopOutput, checkpointed_loop, forward_loop
 
 DEFAULT_MEMORY_BUDGET = 128 * 2**20
 """Bytes of stored states that `CheckpointAdjoint(checkpoints=None)` may use."""
+
+STORE_EVERY_STEP_BYTES = 16 * 2**20
+"""Without an explicit `memory_budget`, every step is stored only when `max_steps` full
+states (for the whole batch under `jax.vmap`) take at most this many bytes: the store
+is allocated and zero-filled by every gradient, whatever the number of steps taken."""
 
 
 def useful_checkpoints(max_steps: int) -> int:
@@ -59,9 +65,12 @@ class CheckpointAdjoint(AbstractAdjoint):
     of the step: one re-evaluation of its stages plus their transpose.
 
     Args:
-        checkpoints: how many states to store. `None` sizes it from `memory_budget`:
-            if `max_steps` full solver states fit, every state is stored (the fastest
-            reverse pass: no recomputation). Otherwise
+        checkpoints: how many states to store. `None` sizes it from the memory they
+            take, counted for the whole batch when the solve is traced inside
+            `jax.vmap`. If `max_steps` full solver states take at most
+            `memory_budget`, or 16 MiB when no budget is given
+            (`STORE_EVERY_STEP_BYTES`), every state is stored (the fastest reverse
+            pass: no recomputation). Otherwise
             `min(checkpoints that fit, useful_checkpoints(max_steps))`, each holding
             `y` and a few scalars (the first stage is recomputed on restore, one
             vector-field evaluation), where `useful_checkpoints(max_steps)` is the
@@ -71,18 +80,20 @@ class CheckpointAdjoint(AbstractAdjoint):
             slot is allocated (and zero-filled) by each gradient: with large states
             that memory traffic costs more than the recomputation it saves.
         memory_budget: bytes for stored states when `checkpoints=None` (default
-            128 MiB).
+            128 MiB for the checkpoints; storing every step needs an explicit budget
+            past 16 MiB: that store is zero-filled by every gradient, and for a short
+            solve with a large `max_steps`, a batch under `jax.vmap` above all,
+            filling it costs more than the recomputation it saves).
 
     Cost: with n steps and c checkpoints, n + t(n, c) step evaluations for a
     gradient when n is known, t(n, c) = r n - C(c + r, r - 1) with r minimal such that
     C(c + r, c) >= n (Griewank & Walther 2000); the online placement stays near this.
     Memory: c states, plus a window of up to 32 steps' checkpoint records, or fewer
     so that it takes at most 64 KiB (at least 2 steps), held twice by the backward
-    pass. Under `jax.vmap` the budget applies per batch element: storing every step
-    allocates `max_steps` states per element, zero-filled by each gradient, so for
-    short solves of large batches a `max_steps` nearer the need, or an explicit
-    `checkpoints`, is faster. Works with `jax.grad`/`jax.vjp`; use `ForwardMode` for
-    `jax.jvp`.
+    pass. Under `jax.vmap` the rule counts the whole batch, read from the tracers when
+    `diffeqsolve` is traced inside the `jax.vmap`; a solve compiled on its own and
+    vmapped afterwards (`jax.vmap(jax.jit(solve))`) is sized per batch element. Works
+    with `jax.grad`/`jax.vjp`; use `ForwardMode` for `jax.jvp`.
 
     References:
         Griewank & Walther (2000), "Algorithm 799: Revolve", ACM TOMS 26(1).
@@ -109,9 +120,11 @@ class CheckpointAdjoint(AbstractAdjoint):
         if self.checkpoints is not None:
             return min(self.checkpoints, max_steps)
         budget = self.memory_budget_bytes()
-        if max_steps * _nbytes(state0) <= budget:
+        batch = batch_size(state0)
+        store_all = budget if self.memory_budget is not None else STORE_EVERY_STEP_BYTES
+        if batch * max_steps * _nbytes(state0) <= min(budget, store_all):
             return max_steps
-        per_checkpoint = max(_nbytes(integrator.compress(state0)), 1)
+        per_checkpoint = max(batch * _nbytes(integrator.compress(state0)), 1)
         fit = min(max(budget // per_checkpoint, 2), max_steps - 1)
         return int(min(fit, max(useful_checkpoints(max_steps), 2)))
 

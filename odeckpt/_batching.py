@@ -1,10 +1,14 @@
-"""Two identities with their own `jax.vmap` rules, for the checkpointed loop:
-`any_in_batch`, a loop condition that stays unbatched, and `batched_like`, a loop's
-initial carry batched as it will end."""
+"""Primitives with their own `jax.vmap` rules, for the loops of the solve and its
+reverse passes: `any_in_batch`, a loop condition that stays unbatched; `batched_like`,
+a loop's initial carry batched as it will end; and `cond`, a `lax.cond` whose branches
+keep unbatched operands (the vector field's parameters) unbatched. `batch_size` reads,
+at trace time, how many batch elements a value is traced for."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jax import custom_batching
+from jax import custom_batching, lax
+from jax.core import Tracer
 
 
 @custom_batching.custom_vmap
@@ -52,3 +56,73 @@ def _batched_like_rule(axis_size, in_batched, tree, like):
 
     out = jax.tree.map(broadcast, tree, tree_batched)
     return out, jax.tree.map(lambda _: True, tree_batched)
+
+
+def cond(pred, true_fn, false_fn, *operands):
+    """`lax.cond(pred, true_fn, false_fn, *operands)`, with a `jax.vmap` rule that
+    leaves unbatched operands unbatched.
+
+    Under `jax.vmap` with a batched `pred`, `lax.cond` runs both branches on operands
+    that it has all broadcast to the batch: a branch that reads the vector field's
+    parameters then works on one copy of the weights per batch element (batched
+    matrix products, where one product over the whole batch would do), in every
+    iteration of the loop around it. Here each branch is vmapped over the operands
+    that are batched and the outputs are selected; with an unbatched `pred` one
+    branch runs, vmapped the same way.
+
+    Non-array leaves of the operands are passed through as static values. The
+    branches must not close over traced values (pass those as operands) and must
+    return arrays only.
+    """
+    dynamic, static = eqx.partition(operands, eqx.is_array)
+
+    def branch(fn):
+        return lambda dynamic: fn(*eqx.combine(dynamic, static))
+
+    on_true, on_false = branch(true_fn), branch(false_fn)
+    call = custom_batching.custom_vmap(lambda p, dynamic: lax.cond(p, on_true, on_false, dynamic))
+
+    @call.def_vmap
+    def _rule(axis_size, in_batched, p, dynamic):
+        p_batched, dynamic_batched = in_batched
+        axes = jax.tree.map(lambda b: 0 if b else None, dynamic_batched)
+
+        def vmapped(fn):
+            return lambda dynamic: jax.vmap(fn, in_axes=(axes,), axis_size=axis_size)(dynamic)
+
+        if p_batched:
+            yes, no = vmapped(on_true)(dynamic), vmapped(on_false)(dynamic)
+
+            def select(a, b):
+                return jnp.where(jnp.reshape(p, p.shape + (1,) * (a.ndim - 1)), a, b)
+
+            out = jax.tree.map(select, yes, no)
+        else:
+            out = lax.cond(p, vmapped(on_true), vmapped(on_false), dynamic)
+        return out, jax.tree.map(lambda _: True, out)
+
+    return call(pred, dynamic)
+
+
+def batch_size(tree) -> int:
+    """How many batch elements `tree` is traced for: the product of the sizes of the
+    `jax.vmap`s that batch its leaves (the largest over leaves), 1 outside `jax.vmap`.
+
+    Read from the tracers at trace time (through `jax.grad`/`jax.jvp` tracers too), so
+    it sees a `jax.vmap` around the code being traced; a function traced on its own
+    first (`jax.vmap(jax.jit(f))`) counts as unbatched.
+    """
+    largest = 1
+    for x in jax.tree.leaves(tree):
+        size = 1
+        while isinstance(x, Tracer):
+            if hasattr(x, "batch_dim") and hasattr(x, "val"):  # a `jax.vmap` tracer
+                if isinstance(x.batch_dim, int):
+                    size *= int(jnp.shape(x.val)[x.batch_dim])
+                x = x.val
+            elif hasattr(x, "primal"):  # a `jax.jvp` / `jax.grad` tracer
+                x = x.primal
+            else:
+                break
+        largest = max(largest, size)
+    return largest

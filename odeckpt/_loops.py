@@ -31,7 +31,7 @@ import numpy as np
 from jax import lax
 
 from . import _schedule_jax as sj, schedules
-from ._batching import any_in_batch, batched_like
+from ._batching import any_in_batch, batched_like, cond
 
 
 class Emitter(eqx.Module):
@@ -197,17 +197,22 @@ def _pullback(body: LoopBody, theta, state, linearised, ct_new, ct_buffers):
     """`reverse_step` given the step's linearisation `(new, record, accepted, vjp_fn)`."""
     new, record, accepted, vjp_fn = linearised
     ct_th_out, ct_rec = _emitter_cotangents(body, theta, state, new, record, ct_buffers)
-    th_d, th_s = eqx.partition(theta, _is_diff)
-    st_d, st_s = eqx.partition(state, _is_diff)
 
-    def rejected():
+    def on_accepted(vjp_fn, theta, state, new, ct_new, ct_rec):
+        return vjp_fn((ct_new, ct_rec))
+
+    def on_rejected(vjp_fn, theta, state, new, ct_new, ct_rec):
+        th_d, th_s = eqx.partition(theta, _is_diff)
+        st_d, st_s = eqx.partition(state, _is_diff)
         fn = lambda a, b: eqx.partition(  # noqa: E731
             body.reject(eqx.combine(a, th_s), eqx.combine(b, st_s), new), _is_diff
         )[0]
         _, vjp_rej = jax.vjp(fn, th_d, st_d)
         return vjp_rej(ct_new)
 
-    ct_th, ct_st = lax.cond(accepted, lambda: vjp_fn((ct_new, ct_rec)), rejected)
+    ct_th, ct_st = cond(
+        accepted, on_accepted, on_rejected, vjp_fn, theta, state, new, ct_new, ct_rec
+    )
     return _add(ct_th, ct_th_out), ct_st
 
 
@@ -650,12 +655,19 @@ def _run_window(body: LoopBody, theta, c: int, window: _Window, ct_buffers, carr
     the Revolve plan asks for, reverse the step, pop the top checkpoint once it is
     b - 1); stop when the advance leaves the window or the top checkpoint is before it."""
 
-    def restore(plan, hand, window):
+    # The branches take everything they read as operands (see `_batching.cond`).
+    def keep(theta, plan, hand, window):
+        return hand
+
+    def restore(theta, plan, hand, window):
         top = _top(plan)
         state = body.restore(theta, _index(window.states, top - window.start))
         return _Hand(state, top, *_segment(plan, top, c), jnp.asarray(True))
 
-    def reverse(plan, hand, ct_th, ct_st):
+    def skip(theta, window, ct_buffers, plan, hand, ct_th, ct_st):
+        return plan, ct_th, ct_st
+
+    def reverse(theta, window, ct_buffers, plan, hand, ct_th, ct_st):
         b = plan.b - 1
         replay = _index(window.replays, b - window.start)
         d_th, ct_st = reverse_step(body, theta, hand.state, replay, ct_st, ct_buffers)
@@ -665,12 +677,12 @@ def _run_window(body: LoopBody, theta, c: int, window: _Window, ct_buffers, carr
 
     def iteration(carry):
         plan, hand, window, ct_th, ct_st, _ = carry
-        keep = lambda plan, hand, window: hand  # noqa: E731
-        hand = lax.cond(hand.held, keep, restore, plan, hand, window)
+        hand = cond(hand.held, keep, restore, theta, plan, hand, window)
         plan, hand, window = _advance(body, theta, c, window, plan, hand)
         reached = hand.pos == plan.b - 1
-        skip = lambda plan, hand, ct_th, ct_st: (plan, ct_th, ct_st)  # noqa: E731
-        plan, ct_th, ct_st = lax.cond(reached, reverse, skip, plan, hand, ct_th, ct_st)
+        plan, ct_th, ct_st = cond(
+            reached, reverse, skip, theta, window, ct_buffers, plan, hand, ct_th, ct_st
+        )
         hand = eqx.tree_at(lambda h: h.held, hand, ~reached)
         going = reached & (plan.b > 0) & (_top(plan) >= window.start)
         return plan, hand, window, ct_th, ct_st, going

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from ._adjoint_ode import AdjointField, AdjointStep, Flow, Slopes, adjoint_rk_step, anchor_distance
+from ._batching import cond
 from ._controllers import AbstractStepSizeController, ControllerState
 from ._custom_types import Y
 from ._results import RESULTS
@@ -132,7 +133,14 @@ def next_stop(ctx: SweepContext, pointers, lo):
 
 
 def _refresh(field: AdjointField, sw: Sweep) -> Slopes:
-    return lax.cond(sw.fresh, lambda: field(-sw.tau, sw.flow), lambda: sw.slopes)
+    # `cond`: under `jax.vmap`, the field's parameters stay unbatched (`_batching.cond`).
+    return cond(
+        sw.fresh,
+        lambda field, sw: field(-sw.tau, sw.flow),
+        lambda field, sw: sw.slopes,
+        field,
+        sw,
+    )
 
 
 def _advance(sw: Sweep, tau, step: AdjointStep) -> Sweep:
