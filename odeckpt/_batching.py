@@ -116,12 +116,13 @@ def batch_size(tree) -> int:
     for x in jax.tree.leaves(tree):
         size = 1
         while isinstance(x, Tracer):
-            if hasattr(x, "batch_dim") and hasattr(x, "val"):  # a `jax.vmap` tracer
-                if isinstance(x.batch_dim, int):
-                    size *= int(jnp.shape(x.val)[x.batch_dim])
-                x = x.val
+            dim, inner = getattr(x, "batch_dim", None), getattr(x, "val", None)
+            if hasattr(x, "batch_dim") and inner is not None:  # a `jax.vmap` tracer
+                if isinstance(dim, int):
+                    size *= int(inner.shape[dim])
+                x = inner
             elif hasattr(x, "primal"):  # a `jax.jvp` / `jax.grad` tracer
-                x = x.primal
+                x = getattr(x, "primal", None)
             else:
                 break
         largest = max(largest, size)
