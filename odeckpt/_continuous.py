@@ -23,8 +23,15 @@ import jax.numpy as jnp
 from jax import lax
 
 from ._adjoint_ode import AdjointField
-from ._adjoints import DEFAULT_MEMORY_BUDGET, AbstractAdjoint, _nbytes, check_checkpoints
+from ._adjoints import (
+    DEFAULT_MEMORY_BUDGET,
+    STORE_EVERY_STEP_BYTES,
+    AbstractAdjoint,
+    _nbytes,
+    check_checkpoints,
+)
 from ._backward import SweepInputs, continuous_loop
+from ._batching import batch_size
 from ._controllers import AbstractStepSizeController
 from ._integrate import Integrator, Problem, State
 from ._interpolation import DenseStep
@@ -153,7 +160,7 @@ class BacksolveAdjoint(AbstractContinuousAdjoint):
             accepted step if `max_steps` copies of `y` fit in `memory_budget`,
             otherwise as many as fit.
         memory_budget: bytes for anchors when `checkpoints=None` (default 128 MiB;
-            per batch element under `jax.vmap`).
+            for the whole batch when the solve is traced inside `jax.vmap`).
         seminorm: with an adaptive controller, leave `g` out of the error norm
             (Kidger et al. 2021); controlling `g`'s error only ever adds steps.
         divergence_tol: anchor distance beyond which the reconstruction has left the
@@ -198,7 +205,8 @@ class BacksolveAdjoint(AbstractContinuousAdjoint):
         c = self.checkpoints
         if c is None:
             budget = self.memory_budget or DEFAULT_MEMORY_BUDGET
-            c = int(min(max(budget // max(_nbytes(state0.y), 1), 1), max_steps))
+            per_anchor = batch_size(state0) * _nbytes(state0.y)
+            c = int(min(max(budget // max(per_anchor, 1), 1), max_steps))
         return TapePlan(every=_ceil_div(max_steps, c), keep_k=False, keep_dense=False)
 
     def sweep(self, ctx, field, sw, inputs):
@@ -217,14 +225,16 @@ class InterpolatingAdjoint(AbstractContinuousAdjoint):
 
     Args:
         checkpoints: forward states to store (`y` and its first stage). `None`: if
-            every step's dense polynomial fits in `memory_budget`, store those (no
+            every step's dense polynomial fits in `memory_budget` (for the whole
+            batch when the solve is traced inside `jax.vmap`), store those (no
             re-solve); otherwise `c = ceil(sqrt(max_steps * D / A))`, which
             minimises the `c * A + (max_steps / c) * D` bytes held at once (`A`:
             one state, `D`: one step's polynomial). `checkpoints >= max_steps`
             stores every polynomial.
         solver, stepsize_controller, seminorm, throw: as for `BacksolveAdjoint`.
         memory_budget: bytes for stored polynomials when `checkpoints=None`
-            (default 128 MiB; per batch element under `jax.vmap`).
+            (default 16 MiB, `STORE_EVERY_STEP_BYTES`: the store is zero-filled by
+            every gradient, whatever the number of steps taken).
 
     Cost: one adjoint step per forward accepted step and per saved output; with
     checkpoints also one re-solve of the accepted steps (no rejected ones).
@@ -255,9 +265,10 @@ class InterpolatingAdjoint(AbstractContinuousAdjoint):
         dense = dataclasses.replace(integrator, save_dense=True)
         _, record, _ = eqx.filter_eval_shape(dense.step, problem, state0)
         row, state = _nbytes(record.dense), _nbytes((state0.y, state0.solver_state))
-        budget = self.memory_budget or DEFAULT_MEMORY_BUDGET
+        budget = self.memory_budget or STORE_EVERY_STEP_BYTES
         c = self.checkpoints
-        if (c is None and max_steps * row <= budget) or (c is not None and c >= max_steps):
+        everything = batch_size(state0) * max_steps * row
+        if (c is None and everything <= budget) or (c is not None and c >= max_steps):
             return TapePlan(every=0, keep_k=False, keep_dense=True)
         if c is None:
             c = math.ceil(math.sqrt(max_steps * row / max(state, 1)))
