@@ -121,8 +121,8 @@ class CheckpointAdjoint(AbstractAdjoint):
             return min(self.checkpoints, max_steps)
         budget = self.memory_budget_bytes()
         batch = batch_size(state0)
-        store_all = budget if self.memory_budget is not None else STORE_EVERY_STEP_BYTES
-        if batch * max_steps * _nbytes(state0) <= min(budget, store_all):
+        store_all = self.memory_budget or STORE_EVERY_STEP_BYTES
+        if batch * max_steps * _nbytes(state0) <= store_all:
             return max_steps
         per_checkpoint = max(batch * _nbytes(integrator.compress(state0)), 1)
         fit = min(max(budget // per_checkpoint, 2), max_steps - 1)

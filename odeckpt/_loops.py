@@ -31,7 +31,7 @@ import numpy as np
 from jax import lax
 
 from . import _schedule_jax as sj, schedules
-from ._batching import any_in_batch, batched_like, cond
+from ._batching import any_in_batch, batched_like, cond as batch_cond
 
 
 class Emitter(eqx.Module):
@@ -210,7 +210,7 @@ def _pullback(body: LoopBody, theta, state, linearised, ct_new, ct_buffers):
         _, vjp_rej = jax.vjp(fn, th_d, st_d)
         return vjp_rej(ct_new)
 
-    ct_th, ct_st = cond(
+    ct_th, ct_st = batch_cond(
         accepted, on_accepted, on_rejected, vjp_fn, theta, state, new, ct_new, ct_rec
     )
     return _add(ct_th, ct_th_out), ct_st
@@ -677,10 +677,10 @@ def _run_window(body: LoopBody, theta, c: int, window: _Window, ct_buffers, carr
 
     def iteration(carry):
         plan, hand, window, ct_th, ct_st, _ = carry
-        hand = cond(hand.held, keep, restore, theta, plan, hand, window)
+        hand = batch_cond(hand.held, keep, restore, theta, plan, hand, window)
         plan, hand, window = _advance(body, theta, c, window, plan, hand)
         reached = hand.pos == plan.b - 1
-        plan, ct_th, ct_st = cond(
+        plan, ct_th, ct_st = batch_cond(
             reached, reverse, skip, theta, window, ct_buffers, plan, hand, ct_th, ct_st
         )
         hand = eqx.tree_at(lambda h: h.held, hand, ~reached)
