@@ -121,46 +121,52 @@ def test_batch_size_reads_vmap_through_grad():
     assert seen == [1, 3, 12, 5, 6, 7, 1]
 
 
-def test_default_checkpoints_count_the_whole_batch():
+def _record_returns(monkeypatch, cls, name: str) -> list:
+    """Patch `cls.name` to call through and record what it returns."""
+    returned = []
+    original = getattr(cls, name)
+
+    def spy(self, *args):
+        returned.append(original(self, *args))
+        return returned[-1]
+
+    monkeypatch.setattr(cls, name, spy)
+    return returned
+
+
+def _gradient_alone_and_in_batch(loss, batch: int):
+    """The gradient of `loss` at ones(2), checked equal (to 1e-12) to every element's
+    gradient under `jax.vmap` over `batch` copies."""
+    g = jax.grad(loss)(jnp.ones(2))
+    gs = jax.grad(lambda ys: jnp.sum(jax.vmap(loss)(ys)))(jnp.ones((batch, 2)))
+    np.testing.assert_allclose(gs, jnp.broadcast_to(g, (batch, 2)), rtol=1e-12)
+    return g
+
+
+def test_default_checkpoints_count_the_whole_batch(monkeypatch):
     """Storing every step of 4096 is 350 KB for one 2-D solve: stored. Under
     `jax.vmap` over 256 initial values it is 87 MiB, zero-filled by every gradient:
     the default then places `useful_checkpoints(4096)` = 90 checkpoints instead."""
     from odeckpt import _adjoints
 
-    used = []
-    original = _adjoints.CheckpointAdjoint.num_checkpoints
-
-    def spy(self, integrator, state0, max_steps):
-        used.append(original(self, integrator, state0, max_steps))
-        return used[-1]
+    used = _record_returns(monkeypatch, _adjoints.CheckpointAdjoint, "num_checkpoints")
 
     def loss(y0):
         sol = oc.diffeqsolve(lambda t, y, a: -y, oc.Tsit5(), 0.0, 1.0, 0.1, y0, max_steps=4096)
         return jnp.sum(sol.ys)
 
-    try:
-        _adjoints.CheckpointAdjoint.num_checkpoints = spy
-        g = jax.grad(loss)(jnp.ones(2))
-        gs = jax.grad(lambda ys: jnp.sum(jax.vmap(loss)(ys)))(jnp.ones((256, 2)))
-    finally:
-        _adjoints.CheckpointAdjoint.num_checkpoints = original
+    g = _gradient_alone_and_in_batch(loss, 256)
     assert used == [4096, 90]
-    np.testing.assert_allclose(gs, jnp.broadcast_to(g, (256, 2)), rtol=1e-12)
     np.testing.assert_allclose(g, np.full(2, np.exp(-1.0)), rtol=1e-5)
 
 
-def test_interpolating_default_counts_the_whole_batch():
+def test_interpolating_default_counts_the_whole_batch(monkeypatch):
     """Every step's dense polynomial of a 2-D solve with `max_steps=4096` is ~0.4 MB:
     stored. Under `jax.vmap` over 512 initial values it is ~200 MB: the default
     re-solves from checkpoints instead, with the same gradient."""
     from odeckpt import _continuous
 
-    plans = []
-    original = _continuous.InterpolatingAdjoint.tape_plan
-
-    def spy(self, integrator, problem, state0, max_steps):
-        plans.append(original(self, integrator, problem, state0, max_steps))
-        return plans[-1]
+    plans = _record_returns(monkeypatch, _continuous.InterpolatingAdjoint, "tape_plan")
 
     def loss(y0):
         sol = oc.diffeqsolve(lambda t, y, a: -y, oc.Tsit5(), 0.0, 1.0, 0.1, y0,
@@ -168,13 +174,7 @@ def test_interpolating_default_counts_the_whole_batch():
                              adjoint=oc.InterpolatingAdjoint(), max_steps=4096)  # fmt: skip
         return jnp.sum(sol.ys)
 
-    try:
-        _continuous.InterpolatingAdjoint.tape_plan = spy
-        g = jax.grad(loss)(jnp.ones(2))
-        gs = jax.grad(lambda ys: jnp.sum(jax.vmap(loss)(ys)))(jnp.ones((512, 2)))
-    finally:
-        _continuous.InterpolatingAdjoint.tape_plan = original
+    g = _gradient_alone_and_in_batch(loss, 512)
     assert [p.keep_dense for p in plans] == [True, False]
-    np.testing.assert_allclose(gs, jnp.broadcast_to(g, (512, 2)), rtol=1e-12)
     expected = np.sum(np.exp(-np.linspace(0.1, 1.0, 4)))
     np.testing.assert_allclose(g, np.full(2, expected), rtol=1e-3)
