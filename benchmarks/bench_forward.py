@@ -28,6 +28,7 @@ from _common import (
     warn,
 )
 from _problems import PROBLEMS, Problem
+from bench_gradient import rd_params, reaction_diffusion
 
 import odeckpt as oc
 
@@ -79,6 +80,29 @@ def make_diffrax(problem: Problem, solver: str) -> Callable:
         return sol.ys, sol.stats["num_accepted_steps"], sol.stats["num_rejected_steps"]
 
     return solve
+
+
+# Fixed steps on a large elementwise system: the 4096-point reaction-diffusion problem of
+# the gradient section, Tsit5 with ConstantStepSize (every stage read only by later
+# stages and the update: see the fusion note in `odeckpt._integrate.Integrator.step`).
+FIXED_T1, FIXED_DT = 0.05, 1e-5
+
+
+def make_fixed(lib) -> Callable:
+    def make(problem, solver) -> Callable:
+        m = oc if lib == "odeckpt" else dfx
+        args = rd_params()[1]
+
+        def solve(y0):
+            sol = m.diffeqsolve(
+                m.ODETerm(reaction_diffusion), m.Tsit5(), 0.0, FIXED_T1, FIXED_DT, y0, args,
+                stepsize_controller=m.ConstantStepSize(), max_steps=10000,
+            )  # fmt: skip
+            return sol.ys, sol.stats["num_accepted_steps"], sol.stats["num_rejected_steps"]
+
+        return solve
+
+    return make
 
 
 def batched(make: Callable) -> Callable:
@@ -238,6 +262,12 @@ def run(quick: bool) -> Section:
         {name: batched(make) for name, make in MAKERS.items()}, quick,
         title=f"{problem.name}, vmap over {BATCH} initial conditions",
     )  # fmt: skip
+    fixed = measure(
+        problem, "Tsit5", rd_params()[0], {name: make_fixed(name) for name in MAKERS}, quick,
+        title=f"reaction-diffusion, 4096 points, ConstantStepSize(), dt0={FIXED_DT:g}, "
+        f"[0, {FIXED_T1:g}]",
+    )  # fmt: skip
+    print("  forward: fixed steps done", flush=True)
     notes = [
         _summary(results),
         _method_note(quick),
@@ -249,5 +279,8 @@ def run(quick: bool) -> Section:
         table=Table(COLUMNS, [_row(m) for m in results]),
         notes=notes,
         plots=_plots(results + [batch]),
-        extra_tables=[Table(COLUMNS, [_row(batch)], caption="Batched forward solve")],
+        extra_tables=[
+            Table(COLUMNS, [_row(batch)], caption="Batched forward solve"),
+            Table(COLUMNS, [_row(fixed)], caption="Fixed steps, large elementwise system"),
+        ],
     )

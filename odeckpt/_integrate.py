@@ -143,7 +143,14 @@ class Integrator(eqx.Module):
         decision = problem.controller.decide(
             t0, dt, state.y, out.y1, out.y_error, self.solver.error_order, state.controller
         )
-        finite = _all_finite((out.y1, out.state))
+        # With fixed steps nothing else reads the error estimate: checking it as well
+        # makes a non-finite stage count, and this one reduction over every stage keeps
+        # XLA from re-evaluating each stage inside every later one (which it does when
+        # only elementwise code reads them: 1.8x the time on a 4096-point stencil).
+        checked = (out.y1, out.state)
+        if not problem.controller.adaptive:
+            checked = (*checked, out.y_error)
+        finite = _all_finite(checked)
         accepted = decision.accept & finite if replay is None else replay.accepted
         failed = decision.accept & ~finite
         cause = RESULTS.nonfinite_state
