@@ -217,9 +217,10 @@ def _solution(saveat, integrator, problem, state0, out, t0, t1, sign, y0, dt0, f
         ys_parts.append(jax.tree.map(lambda y: y[None], y0))
     if "ts" in buffers:
         at_t0 = problem.ts == state0.t
+        start = _at_start(problem, t0, sign, y0, saveat.ts)
         ys = jax.tree.map(
-            lambda b, y: jnp.where(at_t0.reshape((-1,) + (1,) * y.ndim), y[None], b),
-            buffers["ts"], y0,
+            lambda b, y: jnp.where(at_t0.reshape((-1,) + (1,) * (y.ndim - 1)), y, b),
+            buffers["ts"], start,
         )  # fmt: skip
         ts_parts.append(problem.ts * sign)
         ys_parts.append(ys)
@@ -252,6 +253,26 @@ def _solution(saveat, integrator, problem, state0, out, t0, t1, sign, y0, dt0, f
         "max_steps": integrator.max_steps,
     }
     return Solution(t0, t1, ts, ys, stats, result, dense)
+
+
+def _at_start(problem, t0, sign, y0, ts):
+    """`y(ts[i])` for save times at `t0`: `y0`, with `dy/dts[i] = f(t0, y0)` and
+    `dy/dt0 = -f(t0, y0)` (the solution's one-sided derivatives into the interval):
+    `y0 + (ts[i] - t0) f(t0, y0)`, zero in its second term's value. With times known
+    at trace time it is `y0` alone."""
+    rows = problem.ts.shape[0]
+    if not any(isinstance(t, jax.core.Tracer) for t in (t0, ts)):
+        return jax.tree.map(lambda y: jnp.broadcast_to(y, (rows, *y.shape)), y0)
+    sg = lax.stop_gradient
+    ts = problem.ts * sign  # the times as given
+    dt = (ts - sg(ts)) - (t0 - sg(t0))
+    f = problem.term.vf(t0 * sign, y0, problem.args)  # internal time: sign * f
+
+    def row(y, v):
+        step = (dt.reshape((-1,) + (1,) * y.ndim) * sign * v[None]).astype(y.dtype)
+        return y[None] + step
+
+    return jax.tree.map(row, y0, f)
 
 
 def _with_time_derivative(problem, num_steps, t0, t1, sign, y):

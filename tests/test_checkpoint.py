@@ -94,6 +94,34 @@ def test_time_gradients_match_finite_differences(direction, c):
     np.testing.assert_allclose(grads[3], fd_k, rtol=1e-5)
 
 
+@pytest.mark.parametrize("direction", [1.0, -1.0])
+@pytest.mark.parametrize("c", [None, 2])
+def test_save_time_at_t0_has_the_one_sided_derivative(direction, c):
+    """y(ts[i]) with ts[i] == t0 is y0, and moves like y0 + (ts[i] - t0) f(t0, y0)."""
+
+    def loss(t0, ts, y0):
+        sol = oc.diffeqsolve(lambda t, y, a: -2.0 * y, oc.Tsit5(), t0, 1.0 - t0, 0.1 * direction,
+                             y0, saveat=oc.SaveAt(ts=ts),
+                             adjoint=oc.CheckpointAdjoint(c))  # fmt: skip
+        return jnp.sum(sol.ys * jnp.array([[1.0], [3.0], [5.0]]))
+
+    t0 = 0.0 if direction > 0 else 1.0
+    ts = jnp.array([t0, t0, t0 + 0.5 * direction])
+    y0 = jnp.array([1.0])
+    dts, dt0 = jax.grad(loss, argnums=(1, 0))(t0, ts, y0)
+    # y(t) = y0 exp(-2 (t - t0)): dy/dts = -2 y(ts), dy/dt0 = 2 y(ts) (at ts = t0: +-2 y0)
+    y = jnp.exp(-2 * (ts - t0))
+    np.testing.assert_allclose(dts, -2 * y * jnp.array([1.0, 3.0, 5.0]), rtol=1e-6)
+    np.testing.assert_allclose(dt0, jnp.sum(2 * y * jnp.array([1.0, 3.0, 5.0])), rtol=1e-6)
+    # a one-sided finite difference, moving the second save time into the interval
+    eps = 1e-7 * direction
+    fd = (loss(t0, ts.at[1].add(eps), y0) - loss(t0, ts, y0)) / eps
+    np.testing.assert_allclose(dts[1], fd, rtol=1e-5)
+    value = oc.diffeqsolve(lambda t, y, a: -2.0 * y, oc.Tsit5(), t0, 1.0 - t0, 0.1 * direction,
+                           y0, saveat=oc.SaveAt(ts=ts)).ys  # fmt: skip
+    assert value[0, 0] == 1.0 and value[1, 0] == 1.0  # exactly y0
+
+
 class _Field(eqx.Module):
     layer: eqx.nn.Linear
 
