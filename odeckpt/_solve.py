@@ -69,7 +69,8 @@ def diffeqsolve(
     check_inputs(solver, stepsize_controller, adjoint, saveat, max_steps, dt0)
     tdtype = jnp.result_type(*[x for x in (t0, t1, dt0, saveat.ts) if x is not None], float)
     direction = _direction(t0, t1, dt0)  # from the raw values: jnp.asarray traces under jit
-    ts = None if saveat.ts is None else _check_ts(saveat.ts, t0, t1)
+    no_ts = saveat.ts is None or saveat.ts.shape[0] == 0  # an empty ts saves no row
+    ts = None if no_ts else _check_ts(saveat.ts, t0, t1)
     check_vector_field(term, jnp.asarray(t0, tdtype), y0, args)
     y0, invalid = check_values(y0, args, t0, t1, dt0, ts, stepsize_controller, throw)
     span = (concrete(t0), concrete(t1))  # for error messages, when known at trace time
@@ -224,6 +225,9 @@ def _solution(saveat, integrator, problem, state0, out, t0, t1, sign, y0, dt0, f
         )  # fmt: skip
         ts_parts.append(problem.ts * sign)
         ys_parts.append(ys)
+    elif saveat.ts is not None:  # `SaveAt(ts=[])`: no rows
+        ts_parts.append(jnp.zeros((0,), t0.dtype))
+        ys_parts.append(jax.tree.map(lambda y: jnp.zeros((0, *y.shape), y.dtype), y0))
     if "steps" in buffers:
         step_ts, step_ys = buffers["steps"]
         ts_parts.append(step_ts * sign)

@@ -127,6 +127,27 @@ def test_saveat_layout(which):
     np.testing.assert_allclose(np.asarray(sol.ys)[finite], expected_ys, rtol=1e-5)
 
 
+@pytest.mark.parametrize("direction", [1.0, -1.0])
+def test_empty_save_times_save_no_rows(direction):
+    problem = DECAY
+    t0, t1 = (0.0, 1.0) if direction > 0 else (1.0, 0.0)
+
+    def solve(y0, saveat):
+        return oc.diffeqsolve(problem.vector_field, oc.Tsit5(), t0, t1, 0.1 * direction, y0,
+                              problem.args, saveat=saveat)  # fmt: skip
+
+    y0 = jnp.asarray(problem.y0)
+    alone = solve(y0, oc.SaveAt(ts=jnp.zeros((0,))))
+    assert alone.ts.shape == (0,) and alone.ys.shape == (0, 2)
+    both = solve(y0, oc.SaveAt(t0=True, ts=[], t1=True))
+    only = solve(y0, oc.SaveAt(t0=True, t1=True))
+    np.testing.assert_array_equal(both.ts, [t0, t1])
+    np.testing.assert_array_equal(both.ys, only.ys)
+    grad = jax.grad(lambda y0: jnp.sum(solve(y0, oc.SaveAt(ts=[], t1=True)).ys))(y0)
+    expected = jax.grad(lambda y0: jnp.sum(solve(y0, oc.SaveAt(t1=True)).ys))(y0)
+    np.testing.assert_array_equal(grad, expected)
+
+
 @pytest.mark.parametrize(
     "controller, dt0",
     [(oc.ConstantStepSize(), 0.1), (oc.ConstantStepSize(), -0.1), (TIGHT, None)],
