@@ -60,6 +60,12 @@ def check_inputs(solver, controller, adjoint, saveat, max_steps, dt0):
         raise ValueError("`StepTo(ts)` fixes the steps itself: pass `dt0=None`.")
     if max_steps is not None and (not isinstance(max_steps, int) or max_steps < 1):
         raise ValueError(f"`max_steps` must be a positive integer or None; got {max_steps!r}.")
+    if max_steps is None and (saveat.steps or saveat.dense):
+        which = "steps" if saveat.steps else "dense"
+        raise ValueError(
+            f"`SaveAt({which}=True)` keeps one row per step, so it needs a bound: pass an "
+            "integer `max_steps` (the buffers have that many rows)."
+        )
     if hasattr(controller, "rtol"):
         for name in ("rtol", "atol"):
             value = concrete(jnp.asarray(getattr(controller, name)))

@@ -194,6 +194,10 @@ OPTIONS = [
     Case("`max_steps` not an integer", "ValueError",
          "`max_steps` must be a positive integer or None; got 2.5.",
          lambda: _solve(max_steps=2.5)),
+    Case("`max_steps=None` with `SaveAt(steps=True)` or `SaveAt(dense=True)`", "ValueError",
+         "`SaveAt(steps=True)` keeps one row per step, so it needs a bound: pass an integer "
+         "`max_steps`",
+         lambda: _solve(max_steps=None, adjoint=oc.ForwardMode(), saveat=oc.SaveAt(steps=True))),
     Case("`max_steps=None` with `CheckpointAdjoint`", "ValueError",
          "`CheckpointAdjoint` needs a bounded loop: pass an integer `max_steps`",
          lambda: _solve(max_steps=None)),
