@@ -46,7 +46,12 @@ class SaveAt(eqx.Module):
 
 def _check_monotone(ts):
     values = concrete(ts)
-    if values is None or values.shape[0] < 2:
+    if values is None:
+        return
+    if not np.all(np.isfinite(values)):
+        i = int(np.argmin(np.isfinite(values)))
+        raise ValueError(f"`SaveAt(ts=...)` must be finite; got ts[{i}]={values[i]}.")
+    if values.shape[0] < 2:
         return
     diffs = np.diff(values)
     if not (np.all(diffs >= 0) or np.all(diffs <= 0)):

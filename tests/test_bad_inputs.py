@@ -77,6 +77,9 @@ STATE = [
     Case("`y0` with an integer leaf", "TypeError",
          "`y0` must hold floating arrays; leaf y0 has dtype int",
          lambda: _solve(y0=jnp.asarray([1, 2]))),
+    Case("`y0` with a complex leaf", "TypeError",
+         "`y0` must hold real floating arrays; leaf y0 is complex (complex128)",
+         lambda: _solve(y0=jnp.asarray([1.0 + 1.0j, 2.0], dtype=jnp.complex128))),
     Case("`y0` with a boolean leaf", "TypeError",
          "`y0` must hold floating arrays; leaf [1] has dtype bool",
          lambda: _solve(y0=(Y0, jnp.asarray([True])))),
@@ -164,6 +167,9 @@ TIMES = [
 SAVEAT = [
     Case("`SaveAt()` with nothing to save", "ValueError", "`SaveAt()` saves nothing",
          lambda: oc.SaveAt()),
+    Case("`SaveAt(ts)` with NaN or inf", "ValueError",
+         "`SaveAt(ts=...)` must be finite; got ts[1]=nan.",
+         lambda: oc.SaveAt(ts=jnp.asarray([0.1, jnp.nan, 0.9]))),
     Case("`SaveAt(ts)` not monotone", "ValueError",
          "`SaveAt(ts=...)` must be monotone (in the direction of integration); "
          "got ts[2]=0.3 after ts[1]=0.5",
