@@ -218,7 +218,7 @@ def _solution(saveat, integrator, problem, state0, out, t0, t1, sign, y0, dt0, f
         ys_parts.append(jax.tree.map(lambda y: y[None], y0))
     if "ts" in buffers:
         at_t0 = problem.ts == state0.t
-        start = _at_start(problem, t0, sign, y0, saveat.ts)
+        start = _at_start(problem, t0, sign, y0, saveat.ts, at_t0)
         ys = jax.tree.map(
             lambda b, y: jnp.where(at_t0.reshape((-1,) + (1,) * (y.ndim - 1)), y, b),
             buffers["ts"], start,
@@ -259,24 +259,26 @@ def _solution(saveat, integrator, problem, state0, out, t0, t1, sign, y0, dt0, f
     return Solution(t0, t1, ts, ys, stats, result, dense)
 
 
-def _at_start(problem, t0, sign, y0, ts):
+def _at_start(problem, t0, sign, y0, ts, at_t0):
     """`y(ts[i])` for save times at `t0`: `y0`, with `dy/dts[i] = f(t0, y0)` and
     `dy/dt0 = -f(t0, y0)` (the solution's one-sided derivatives into the interval):
-    `y0 + (ts[i] - t0) f(t0, y0)`, zero in its second term's value. With times known
-    at trace time it is `y0` alone."""
+    `y0 + (ts[i] - t0) f(t0, y0)`, zero in its second term's value. The vector field is
+    evaluated only when a save time is at `t0` and the times are traced."""
     rows = problem.ts.shape[0]
+    start = jax.tree.map(lambda y: jnp.broadcast_to(y, (rows, *y.shape)), y0)
     if not any(isinstance(t, jax.core.Tracer) for t in (t0, ts)):
-        return jax.tree.map(lambda y: jnp.broadcast_to(y, (rows, *y.shape)), y0)
+        return start
     sg = lax.stop_gradient
     ts = problem.ts * sign  # the times as given
     dt = (ts - sg(ts)) - (t0 - sg(t0))
-    f = problem.term.vf(t0 * sign, y0, problem.args)  # internal time: sign * f
 
-    def row(y, v):
-        step = (dt.reshape((-1,) + (1,) * y.ndim) * sign * v[None]).astype(y.dtype)
-        return y[None] + step
+    def first_order():
+        f = problem.term.vf(t0 * sign, y0, problem.args)  # internal time: sign * f
+        shape = lambda y: dt.reshape((-1,) + (1,) * y.ndim)  # noqa: E731
+        return jax.tree.map(lambda y, v: (shape(y) * sign * v[None]).astype(y.dtype), y0, f)
 
-    return jax.tree.map(row, y0, f)
+    zero = lambda: jax.tree.map(jnp.zeros_like, start)  # noqa: E731
+    return jax.tree.map(jnp.add, start, lax.cond(jnp.any(at_t0), first_order, zero))
 
 
 def _with_time_derivative(problem, num_steps, t0, t1, sign, y):
