@@ -34,6 +34,7 @@ References:
 
 from typing import ClassVar
 
+import jax
 import jax.numpy as jnp
 
 from . import _linalg as la, _stiff_tableaux as tab
@@ -56,8 +57,11 @@ class AbstractESDIRK(AbstractSolver):
         max_iters: iterations allowed per stage before the Jacobian is refreshed
             (and, on a second failure, the step is rejected).
 
-    Dense output is cubic Hermite from `f(t0, y0)` and the last stage's slope (which
-    is `f(t1, y1)` up to the Newton tolerance).
+    Dense output: the tableau's stage-based polynomial where it has one (`Kvaerno5`:
+    fourth order, so `SaveAt(ts)` between steps keeps close to the step accuracy);
+    otherwise cubic Hermite (`Kvaerno3`, third order like the method). Both take the
+    slopes `f(t0, y0)` and the last stage's (which is `f(t1, y1)` up to the Newton
+    tolerance) at the ends.
     """
 
     tableau: ClassVar[tab.EsdirkTableau]
@@ -101,9 +105,17 @@ class AbstractESDIRK(AbstractSolver):
         error = jnp.where(converged, error, jnp.inf)
         coeffs = None
         if dense:
-            coeffs = la.unravel_rows(flat, hermite_coeffs(flat.y, y1, ks[0], ks[-1], h))
+            coeffs = la.unravel_rows(flat, self._dense(flat.y, y1, ks, h))
         failure = jnp.where(converged, RESULTS.successful, RESULTS.implicit_solve_failed)
         return StepOutput(flat.unravel(y1), flat.unravel(error), (), coeffs, failure)
+
+    def _dense(self, y0, y1, ks, h) -> jax.Array:
+        """Rows `c_j` of `y(t0 + theta h) = y0 + sum_j c_j theta^(j+1)`."""
+        rows = self.tableau.dense
+        if rows is None:
+            return hermite_coeffs(y0, y1, ks[0], ks[-1], h)
+        zero = jnp.zeros_like(y0)
+        return jnp.stack([la.combine(zero, [h * x for x in row], ks) for row in rows])
 
 
 def _stages(tableau: tab.EsdirkTableau, flat: la.Flat, problem, t0, dt, options):

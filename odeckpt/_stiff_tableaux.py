@@ -40,6 +40,7 @@ _RTOL = 1e-12
 _THETAS = (0.25, 0.5, 0.75)  # where continuous order conditions are checked
 
 Tree = tuple  # a rooted tree: the sorted tuple of its subtrees; `()` is one vertex
+Rows = tuple[tuple[float, ...], ...]  # coefficient rows, e.g. of a dense output
 
 
 def _grafts(tree: Tree):
@@ -288,6 +289,10 @@ class EsdirkTableau:
     and the embedded solution is stage `s - 1`'s (`b_hat` = row `s - 2`), so the error
     estimate is `h sum_i (b_i - b_hat_i) k_i`. `predictor[i]` gives the Newton
     starting guess `k_i ~ sum_j predictor_ij k_j` (rows sum to 1).
+
+    With `dense_order` given, `dense` holds stage-based dense output of that order
+    (`continuous_extension`): `y(t0 + theta h) = y0 + h sum_r theta^(r+1) dense[r] k`.
+    Without it the solver uses cubic Hermite interpolation (third order).
     """
 
     name: str
@@ -297,6 +302,8 @@ class EsdirkTableau:
     predictor: tuple[tuple[float, ...], ...]
     order: int
     embedded_order: int
+    dense_order: int | None = None
+    dense: tuple[tuple[float, ...], ...] | None = dataclasses.field(init=False, default=None)
 
     def __post_init__(self) -> None:
         s = self.stages
@@ -312,6 +319,13 @@ class EsdirkTableau:
         zero = np.zeros((s, s))
         _check_order(self.name, "the solution", full, zero, full[-1], self.order)
         _check_order(self.name, "the embedded method", full, zero, full[-2], self.embedded_order)
+        if self.dense_order is not None:
+            rows = continuous_extension(self.name, full, self.dense_order)
+            object.__setattr__(self, "dense", rows)
+            for theta in _THETAS:
+                weights = sum(theta ** (r + 1) * np.asarray(row) for r, row in enumerate(rows))
+                _check_order(self.name, "the dense output", full, zero, weights,
+                             self.dense_order, theta)  # fmt: skip
 
     @property
     def stages(self) -> int:
@@ -332,6 +346,62 @@ class EsdirkTableau:
     def b_err(self) -> tuple[float, ...]:
         full = self.matrix
         return tuple(float(x) for x in full[-1] - full[-2])
+
+
+def stiff_stage_limit(matrix: np.ndarray) -> np.ndarray:
+    """`Y(z) = (I - z A)^-1 1` as `z -> -inf`, for `A` with an explicit first stage and a
+    nonzero diagonal after it: `Y_1 = 1`, `Y_i = -sum_{j<i} a_ij Y_j / a_ii`."""
+    limit = np.ones(matrix.shape[0])
+    for i in range(1, matrix.shape[0]):
+        limit[i] = -(matrix[i, :i] @ limit[:i]) / matrix[i, i]
+    return limit
+
+
+def continuous_extension(name: str, matrix: np.ndarray, order: int) -> Rows:
+    """Stage-based dense output of `order` for a stiffly accurate method (`matrix` with
+    its diagonal; the last row is `b` and the last stage ends the step at `y1`).
+
+    Returns rows `beta_1..beta_order` of the stage weights
+    `b_i(theta) = sum_r theta^r beta_ri`, so that `y0 + h sum_i b_i(theta) k_i` has local
+    error `O(h^(order+1))` at every `theta` in `[0, 1]`, equals `y1` at `theta = 1`, has
+    slope `k_s = f(t1, y1)` there, and stays bounded on stiff components: on
+    `y' = lambda y` it gives `y(t0 + theta h) = R(theta, z) y0`, `z = h lambda`, with
+    `R(theta, z) = 1 + z b(theta) . Y(z)`, `Y(z) = (I - z A)^-1 1`, and requiring
+    `b(theta) . Y(-inf) = 0` keeps `R` finite as `z -> -inf`. (Cubic Hermite takes
+    `f(t0, y0)` as its start slope and grows like `theta z` there; so would any
+    interpolant with that slope, so this one does not take it.) The conditions are
+    linear in `beta`: for each rooted tree `t` with `|t| <= order` and each power `r`,
+    `beta_r . Phi(t) = [r == |t|] / gamma(t)`. Of the solutions, the one with the least
+    Euclidean norm is taken; a method with too few stages for `order` raises
+    `ValueError`.
+    """
+    s = matrix.shape[0]
+    zero = np.zeros((s, s))
+    rows, rhs = [], []
+
+    def condition(entries: dict[tuple[int, int], float], value: float) -> None:
+        row = np.zeros(order * s)  # unknown (r, i) at index (r - 1) * s + i
+        for (r, i), x in entries.items():
+            row[(r - 1) * s + i] = x
+        rows.append(row)
+        rhs.append(value)
+
+    for size in range(1, order + 1):
+        for tree in _trees(size):
+            phi = _stage_coefficients(tree, matrix, zero)
+            for r in range(1, order + 1):
+                condition({(r, i): phi[i] for i in range(s)}, (r == size) / _density(tree))
+    for i in range(s):
+        condition({(r, i): 1.0 for r in range(1, order + 1)}, matrix[-1, i])  # y(1) = y1
+        condition({(r, i): float(r) for r in range(1, order + 1)}, float(i == s - 1))
+    stiff_limit = stiff_stage_limit(matrix)
+    for r in range(1, order + 1):
+        condition({(r, i): stiff_limit[i] for i in range(s)}, 0.0)
+    system, values = np.asarray(rows), np.asarray(rhs)
+    beta = np.linalg.lstsq(system, values, rcond=None)[0]
+    if np.abs(system @ beta - values).max() > _RTOL:
+        raise ValueError(f"{name}: no stage-based dense output of order {order} exists.")
+    return tuple(tuple(float(x) for x in beta[r * s : (r + 1) * s]) for r in range(order))
 
 
 def _kvaerno3() -> EsdirkTableau:
@@ -386,7 +456,9 @@ KVAERNO5 = EsdirkTableau(
     ),
     order=5,
     embedded_order=4,
+    dense_order=4,
 )
 # fmt: on
-"""Kværnø's 5(4) ESDIRK: 7 stages, L-stable, stiffly accurate embedded pair. Stage 3
-is evaluated at `t0 + 1.23 h`, past the step's end."""
+"""Kværnø's 5(4) ESDIRK: 7 stages, L-stable, stiffly accurate embedded pair, with a
+fourth-order stage-based dense output (`continuous_extension`; Kværnø gives none).
+Stage 3 is evaluated at `t0 + 1.23 h`, past the step's end."""

@@ -188,6 +188,42 @@ def test_rodas5p_dense_output_is_order_4():
     assert _max_relative_defect(defects, 5) > 1e-6
 
 
+def _kvaerno5_dense_weights(theta: float) -> np.ndarray:
+    return sum(theta ** (r + 1) * np.asarray(row) for r, row in enumerate(tab.KVAERNO5.dense))
+
+
+def test_kvaerno5_dense_output_is_order_4_and_joins_the_steps():
+    t = tab.KVAERNO5
+    zero = np.zeros((t.stages, t.stages))
+    for theta in (0.1, 0.37, 0.5, 0.9):
+        weights = _kvaerno5_dense_weights(theta)
+        defects = tab.order_defects(t.matrix, zero, weights, 5, theta=theta)
+        assert max(_max_relative_defect(defects, p) for p in range(1, 5)) < 1e-13
+        assert _max_relative_defect(defects, 5) > 1e-6
+    end = _kvaerno5_dense_weights(1.0)
+    np.testing.assert_allclose(end, np.asarray(t.b), atol=1e-14)  # y(1) = y1
+    slope = sum((r + 1) * np.asarray(row) for r, row in enumerate(t.dense))
+    np.testing.assert_allclose(slope, np.eye(t.stages)[-1], atol=1e-13)  # y'(1) = f(y1)
+
+
+def test_kvaerno5_dense_output_stays_bounded_on_stiff_decay():
+    """On `y' = lambda y` the interpolant is `R(theta, z) y0`; |R| <= 1 for every real
+    `z = h lambda <= 0`. Cubic Hermite's `R` grows like `theta (1 - theta)^2 |z|`."""
+    t = tab.KVAERNO5
+    thetas = np.linspace(0.0, 1.0, 21)
+    worst, hermite = 0.0, 0.0
+    for z in -np.logspace(-3, 10, 60):
+        stages = np.linalg.solve(np.eye(t.stages) - z * t.matrix, np.ones(t.stages))
+        for theta in thetas:
+            worst = max(worst, abs(1 + z * _kvaerno5_dense_weights(theta) @ stages))
+            h00, h10 = 1 - 3 * theta**2 + 2 * theta**3, theta * (1 - theta) ** 2
+            h01, h11 = 3 * theta**2 - 2 * theta**3, theta**2 * (theta - 1)
+            r1 = 1 + z * np.asarray(t.b) @ stages
+            hermite = max(hermite, abs(h00 + h10 * z + h01 * r1 + h11 * z * r1))
+    assert worst <= 1 + 1e-9
+    assert hermite > 1e6
+
+
 def test_a_wrong_digit_is_caught():
     C = list(tab.RODAS5P.C)
     C[4] = (C[4][0] * (1 + 1e-9), *C[4][1:])
@@ -243,6 +279,25 @@ def test_order_on_prothero_robinson(name):
     errors = np.abs(np.asarray(ys)[:, 0] - np.sin(1.0))
     assert abs(fitted_order(1.0 / np.asarray(num_steps), errors) - reduced) < 0.3
     assert np.max(errors) < 1e-6
+
+
+@pytest.mark.parametrize("name", solver_params())
+def test_dense_output_converges_at_the_order(name):
+    """Saved times strictly inside steps converge at the method's order: the dense
+    output's local error (`O(h^5)` for Rodas5P's and Kvaerno5's fourth-order
+    interpolants) stays below the global error; cubic Hermite would cap it at 4."""
+    solver, order, _ = SOLVERS[name]
+    num_steps = [32, 45, 64, 90, 128, 180]
+    ts = jnp.array([0.3137, 0.7771, 1.2345, 1.6183, 1.9013])
+
+    def solve(dt0):
+        sol = oc.diffeqsolve(linear_forced, solver, 0.0, 2.0, dt0, jnp.asarray(manufactured(0.0)),
+                             LINEAR_A, saveat=oc.SaveAt(ts=ts), max_steps=181)  # fmt: skip
+        return sol.ys
+
+    ys = jax.jit(jax.vmap(solve))(2.0 / jnp.asarray(num_steps, float))
+    errors = np.max(np.abs(np.asarray(ys) - np.asarray(jax.vmap(manufactured)(ts))), axis=(1, 2))
+    assert abs(fitted_order(2.0 / np.asarray(num_steps), errors) - order) < 0.3
 
 
 # ----------------------------------------------------------------------------------
