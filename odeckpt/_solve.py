@@ -218,7 +218,7 @@ def _solution(saveat, integrator, problem, state0, out, t0, t1, sign, y0, dt0, f
         ys_parts.append(jax.tree.map(lambda y: y[None], y0))
     if "ts" in buffers:
         at_t0 = problem.ts == state0.t
-        start = _at_start(problem, t0, sign, y0, saveat.ts, at_t0)
+        start = _at_start(problem, t0, sign, y0, saveat.ts, at_t0, fixed_times)
         ys = jax.tree.map(
             lambda b, y: jnp.where(at_t0.reshape((-1,) + (1,) * (y.ndim - 1)), y, b),
             buffers["ts"], start,
@@ -259,39 +259,42 @@ def _solution(saveat, integrator, problem, state0, out, t0, t1, sign, y0, dt0, f
     return Solution(t0, t1, ts, ys, stats, result, dense)
 
 
-def _at_start(problem, t0, sign, y0, ts, at_t0):
+def _at_start(problem, t0, sign, y0, ts, at_t0, fixed_times):
     """`y(ts[i])` for save times at `t0`: `y0`, with `dy/dts[i] = f(t0, y0)` and
-    `dy/dt0 = -f(t0, y0)` (the solution's one-sided derivatives into the interval):
-    `y0 + (ts[i] - t0) f(t0, y0)`, zero in its second term's value. The vector field is
-    evaluated only when a save time is at `t0` and the times are traced."""
-    rows = problem.ts.shape[0]
-    start = jax.tree.map(lambda y: jnp.broadcast_to(y, (rows, *y.shape)), y0)
-    if not any(isinstance(t, jax.core.Tracer) for t in (t0, ts)):
-        return start
-    sg = lax.stop_gradient
-    ts = problem.ts * sign  # the times as given
-    dt = (ts - sg(ts)) - (t0 - sg(t0))
-
-    def first_order():
-        f = problem.term.vf(t0 * sign, y0, problem.args)  # internal time: sign * f
-        shape = lambda y: dt.reshape((-1,) + (1,) * y.ndim)  # noqa: E731
-        return jax.tree.map(lambda y, v: (shape(y) * sign * v[None]).astype(y.dtype), y0, f)
-
-    zero = lambda: jax.tree.map(jnp.zeros_like, start)  # noqa: E731
-    return jax.tree.map(jnp.add, start, lax.cond(jnp.any(at_t0), first_order, zero))
+    `dy/dt0 = -f(t0, y0)` (the solution's one-sided derivatives into the interval)."""
+    if fixed_times and not isinstance(ts, jax.core.Tracer):
+        rows = problem.ts.shape[0]
+        return jax.tree.map(lambda y: jnp.broadcast_to(y, (rows, *y.shape)), y0)
+    dt = _time_tangent(problem.ts * sign, t0)  # `problem.ts * sign`: the times as given
+    return _plus_time_tangent(problem, t0, sign, y0, dt, jnp.any(at_t0))
 
 
 def _with_time_derivative(problem, num_steps, t0, t1, sign, y):
-    """`y(t1)`, with `dy(t1)/dt1 = f` and `dy(t1)/dt0 = -f` when `t0 == t1`.
+    """`y(t1)`, with `dy(t1)/dt1 = f` and `dy(t1)/dt0 = -f` when `t0 == t1`: a solve
+    with `t0 == t1` takes no step, so the loop carries no derivative with respect to
+    the times."""
+    return _plus_time_tangent(problem, t0, sign, y, _time_tangent(t1, t0), num_steps == 0)
 
-    A solve with `t0 == t1` takes no step, so the loop carries no derivative with
-    respect to the times; add `(t1 - t0) f(t0, y0)`, which is zero in value."""
+
+def _time_tangent(t, t0):
+    """`t - t0` in tangents only: zero in value."""
     sg = lax.stop_gradient
-    dt = (t1 - sg(t1)) - (t0 - sg(t0))
+    return (t - sg(t)) - (t0 - sg(t0))
+
+
+def _plus_time_tangent(problem, t0, sign, y, dt, needed):
+    """`y + dt f(t0, y)`, one row per entry of `dt` (a scalar or a vector of times),
+    with `dt` zero in value (`_time_tangent`): the first-order time dependence of a
+    state that no step carries. The vector field is evaluated only when `needed`."""
+
+    def rows(v):
+        return dt.reshape(dt.shape + (1,) * v.ndim)
 
     def first_order():  # `problem.term` runs in internal time: f = sign * f_internal
         f = problem.term.vf(t0 * sign, y, problem.args)
-        return jax.tree.map(lambda v: (dt * sign * v).astype(v.dtype), f)
+        lead = lambda v: v.reshape((1,) * dt.ndim + v.shape)  # noqa: E731
+        return jax.tree.map(lambda v: (rows(v) * sign * lead(v)).astype(v.dtype), f)
 
-    zero = lambda: jax.tree.map(jnp.zeros_like, y)  # noqa: E731
-    return jax.tree.map(jnp.add, y, lax.cond(num_steps == 0, first_order, zero))
+    base = jax.tree.map(lambda v: jnp.broadcast_to(v, dt.shape + v.shape), y)
+    zero = lambda: jax.tree.map(jnp.zeros_like, base)  # noqa: E731
+    return jax.tree.map(jnp.add, base, lax.cond(needed, first_order, zero))
