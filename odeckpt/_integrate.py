@@ -178,13 +178,22 @@ class Integrator(eqx.Module):
     def replay(self, new: State, accepted) -> Replay:
         return Replay(accepted, new.t_next)
 
-    def reject(self, problem: Problem, state: State, new: State) -> State:
-        """The differentiable part of a rejected step: only `t_next` moves."""
+    def skip(self, problem: Problem, state: State, replay: Replay) -> State:
+        """A rejected step replayed from its record, without evaluating it: only `t_next`
+        (to the recorded value) and the rejection count move. The step's candidate, and
+        so the controller's memory of it, are not recomputed; under a replay every
+        decision is imposed, so nothing downstream reads them (`ControllerState` is
+        non-differentiable). The derivatives are those of a rejected step: `t_next`
+        depends on `t` (and on `t1`, where a step was halved to land on it), never on
+        the rejected candidate."""
+        sg = jax.lax.stop_gradient
         t = jnp.minimum(state.t, problem.t1)
         halfway = t + 0.5 * (problem.t1 - t)
-        proposal = state.t + jax.lax.stop_gradient(new.t_next - state.t)
-        t_next = jnp.where(new.t_next == halfway, halfway, proposal)
-        return eqx.tree_at(lambda s: s.t_next, state, t_next)
+        moved = jnp.where(replay.t_next == halfway, halfway, state.t + sg(replay.t_next - state.t))
+        t_next = replay.t_next + (moved - sg(moved))  # the recorded value, bit for bit
+        return eqx.tree_at(
+            lambda s: (s.t_next, s.num_rejected), state, (t_next, state.num_rejected + 1)
+        )
 
     def _next_time(self, problem, t, decision, accepted):
         proposal = problem.controller.next_time(t, decision)
@@ -208,7 +217,7 @@ class Integrator(eqx.Module):
 
     def body(self) -> LoopBody:
         return LoopBody(
-            step=self.step, replay=self.replay, reject=self.reject, cond=self.cond,
+            step=self.step, replay=self.replay, skip=self.skip, cond=self.cond,
             compress=self.compress, restore=self.restore, emitters=self._emitters(),
             progress=None if self.report is None else self._progress,
         )  # fmt: skip

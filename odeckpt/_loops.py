@@ -9,15 +9,17 @@ their cotangents when it reverses the step that wrote them.
 states, placed online (the number of steps is unknown while it runs; see
 `odeckpt.schedules`); its backward pass then reverses the steps n-1, ..., 0, running
 the optimal offline binomial plan inside each interval between stored states. Each
-step is reversed by one `jax.vjp` of the step: one re-evaluation and its transpose.
-When `checkpoints >= max_steps` every state is stored and the backward pass is a plain
+accepted step is reversed by one `jax.vjp` of the step: one re-evaluation and its
+transpose. A rejected step is replayed from its record (`LoopBody.skip`): it moved
+only the next step's time, so it is never re-evaluated in the backward pass. When
+`checkpoints >= max_steps` every state is stored and the backward pass is a plain
 reverse sweep.
 
 Both passes work a window of consecutive steps at a time (see `window_size`): the
 loops that run once per step touch only the window's recorded decisions and
 checkpoints, and the max_steps-long buffers are read and written once per window.
 The backward pass keeps the plan's order of actions exactly, so it performs the
-evaluations `odeckpt.schedules.online_plan` counts.
+evaluations `odeckpt.schedules.online_plan` counts, less those of rejected steps.
 """
 
 import functools as ft
@@ -48,7 +50,7 @@ class LoopBody(eqx.Module):
 
     step: Callable = eqx.field(static=True)  # (theta, state, replay=None) -> ...
     replay: Callable = eqx.field(static=True)  # (new_state, accepted) -> decisions
-    reject: Callable = eqx.field(static=True)
+    skip: Callable = eqx.field(static=True)  # (theta, state, decisions) -> a rejected step
     cond: Callable = eqx.field(static=True)
     compress: Callable = eqx.field(static=True)
     restore: Callable = eqx.field(static=True)
@@ -186,34 +188,36 @@ def _emitter_cotangents(body, theta, state, new, record, ct_buffers):
 def reverse_step(body: LoopBody, theta, state, replay, ct_new, ct_buffers):
     """Cotangents (theta, state) of step `state -> new` given those of `new` and outputs.
 
-    A rejected step leaves the state unchanged; its VJP is taken through
-    `body.reject`, so that a rejected candidate's NaN or inf never reaches a gradient.
+    An accepted step is recomputed and linearised. A rejected one leaves the state
+    unchanged but for `t_next`: its VJP is `body.skip`'s, and its candidate is never
+    computed (so its NaN or inf, if any, cannot reach a gradient).
     """
-    new, record, accepted, vjp_fn = _step_vjp(body, theta, state, replay)
-    return _pullback(body, theta, state, (new, record, accepted, vjp_fn), ct_new, ct_buffers)
 
+    def taped(theta, state, replay, ct_new, ct_buffers):
+        new, record, _, vjp_fn = _step_vjp(body, theta, state, replay)
+        ct_th_out, ct_rec = _emitter_cotangents(body, theta, state, new, record, ct_buffers)
+        ct_th, ct_st = vjp_fn((ct_new, ct_rec))
+        return _add(ct_th, ct_th_out), ct_st
 
-def _pullback(body: LoopBody, theta, state, linearised, ct_new, ct_buffers):
-    """`reverse_step` given the step's linearisation `(new, record, accepted, vjp_fn)`."""
-    new, record, accepted, vjp_fn = linearised
-    ct_th_out, ct_rec = _emitter_cotangents(body, theta, state, new, record, ct_buffers)
-
-    def on_accepted(vjp_fn, theta, state, new, ct_new, ct_rec):
-        return vjp_fn((ct_new, ct_rec))
-
-    def on_rejected(vjp_fn, theta, state, new, ct_new, ct_rec):
+    def rejected(theta, state, replay, ct_new, ct_buffers):
         th_d, th_s = eqx.partition(theta, _is_diff)
         st_d, st_s = eqx.partition(state, _is_diff)
         fn = lambda a, b: eqx.partition(  # noqa: E731
-            body.reject(eqx.combine(a, th_s), eqx.combine(b, st_s), new), _is_diff
+            body.skip(eqx.combine(a, th_s), eqx.combine(b, st_s), replay), _is_diff
         )[0]
-        _, vjp_rej = jax.vjp(fn, th_d, st_d)
-        return vjp_rej(ct_new)
+        return jax.vjp(fn, th_d, st_d)[1](ct_new)
 
-    ct_th, ct_st = batch_cond(
-        accepted, on_accepted, on_rejected, vjp_fn, theta, state, new, ct_new, ct_rec
-    )
-    return _add(ct_th, ct_th_out), ct_st
+    return batch_cond(replay.accepted, taped, rejected, theta, state, replay, ct_new, ct_buffers)
+
+
+def advance(body: LoopBody, theta, state, replay):
+    """One step replayed from its record, for its value only (no derivatives): an
+    accepted step is recomputed, a rejected one is `body.skip`ped."""
+
+    def taped(theta, state, replay):
+        return body.step(theta, state, replay)[0]
+
+    return batch_cond(replay.accepted, taped, body.skip, theta, state, replay)
 
 
 # ----------------------------------------------------------------------------------
@@ -628,7 +632,7 @@ def _advance(body: LoopBody, theta, c: int, window: _Window, plan: _Plan, hand: 
     def step(carry):
         state, pos = carry
         replay = _index(window.replays, pos - window.start)
-        return body.step(theta, state, replay)[0], pos + 1
+        return advance(body, theta, state, replay), pos + 1
 
     def segment(carry):
         plan, hand, states = carry

@@ -1,5 +1,7 @@
 """CheckpointAdjoint: schedules change cost, never values."""
 
+import functools as ft
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -328,6 +330,62 @@ def test_window_size_bounds_the_window_memory():
     assert _loops.window_size(body, None, jnp.zeros(10_000)) == 2
     w = _loops.window_size(body, None, jnp.zeros(1000, jnp.float32))
     assert 2 < w < _loops._WINDOW and w * 4000 <= _loops._WINDOW_BYTES
+
+
+def _attempts(times):
+    """Whether each attempted Tsit5 step was accepted, from the times of a forward pass's
+    vector-field calls: `t0`, then per attempt stages 2..7 at `t0 + c_i h` (c_2 = 0.161,
+    c_7 = 1). An attempt was accepted if the next one starts at its end."""
+    groups = np.asarray(times[1:]).reshape(-1, 6)
+    starts = (groups[:, 0] - 0.161 * groups[:, 5]) / (1 - 0.161)
+    ends = groups[:, 5]
+    return [bool(abs(b - e) < 1e-9) for b, e in zip(starts[1:], ends[:-1], strict=True)] + [True]
+
+
+@pytest.mark.parametrize("c", [None, 4, 9])
+def test_rejected_steps_cost_no_backward_evaluations(c):
+    """The backward pass re-evaluates accepted steps only: 6 evaluations for each
+    accepted step the plan advances or reverses, none for a rejected one, 1 per restore;
+    and the gradient is the one of storing every step."""
+    calls = []
+
+    def vf(t, y, a):
+        jax.debug.callback(lambda t: calls.append(float(t)), t)
+        return jnp.stack([y[1], -y[0] - a * y[1]])
+
+    def loss(a, c):
+        sol = oc.diffeqsolve(vf, oc.Tsit5(), 0.0, 3.0, 0.05, jnp.array([1.0, 0.0]), a,
+                             stepsize_controller=oc.PIDController(rtol=1e-6, atol=1e-8),
+                             max_steps=200, adjoint=oc.CheckpointAdjoint(c))  # fmt: skip
+        return sol.ys.sum()
+
+    def run(fn):
+        jax.block_until_ready(fn(30.0))  # compile
+        calls.clear()
+        out = jax.block_until_ready(fn(30.0))
+        jax.effects_barrier()
+        return out, list(calls)
+
+    _, forward = run(jax.jit(ft.partial(loss, c=c)))
+    grad, everything = run(jax.jit(jax.grad(ft.partial(loss, c=c))))
+    accepted = _attempts(forward)
+    n = len(accepted)
+    assert 0 < accepted.count(False) and len(forward) == 1 + 6 * n
+    if c is None:  # every step stored (200 fit the default budget): one reversal each
+        expected = len(forward) + 6 * sum(accepted)
+    else:
+        plan = schedules.online_plan(n, c).actions
+        ends = [isinstance(a, schedules.Advance) and a.stop == n for a in plan]
+        end = ends.index(True)  # the forward pass's last step
+        backward = plan[end + 1 :]
+        steps = [i for a in backward if isinstance(a, schedules.Advance)
+                 for i in range(a.start, a.stop)]  # fmt: skip
+        steps += [a.step for a in backward if isinstance(a, schedules.Reverse)]
+        restores = sum(isinstance(a, schedules.Restore) for a in backward)
+        expected = len(forward) + 6 * sum(accepted[i] for i in steps) + restores
+        stored = jax.jit(jax.grad(ft.partial(loss, c=None)))(30.0)
+        np.testing.assert_allclose(grad, stored, rtol=1e-13)
+    assert len(everything) == expected
 
 
 def test_storing_every_step_costs_twice_the_forward_evaluations():
