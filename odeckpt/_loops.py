@@ -10,16 +10,17 @@ states, placed online (the number of steps is unknown while it runs; see
 `odeckpt.schedules`); its backward pass then reverses the steps n-1, ..., 0, running
 the optimal offline binomial plan inside each interval between stored states. Each
 accepted step is reversed by one `jax.vjp` of the step: one re-evaluation and its
-transpose. A rejected step is replayed from its record (`LoopBody.skip`): it moved
-only the next step's time, so it is never re-evaluated in the backward pass. When
-`checkpoints >= max_steps` every state is stored and the backward pass is a plain
-reverse sweep.
+transpose. A rejected step moved only the next step's time, which is recorded: it is
+reversed from that record (`LoopBody.skip`) without being evaluated, and so replayed
+for large states (see `advance`). When `checkpoints >= max_steps` every state is
+stored and the backward pass is a plain reverse sweep.
 
 Both passes work a window of consecutive steps at a time (see `window_size`): the
 loops that run once per step touch only the window's recorded decisions and
 checkpoints, and the max_steps-long buffers are read and written once per window.
 The backward pass keeps the plan's order of actions exactly, so it performs the
-evaluations `odeckpt.schedules.online_plan` counts, less those of rejected steps.
+evaluations `odeckpt.schedules.online_plan` counts, less those of skipped rejected
+steps.
 """
 
 import functools as ft
@@ -212,7 +213,13 @@ def reverse_step(body: LoopBody, theta, state, replay, ct_new, ct_buffers):
 
 def advance(body: LoopBody, theta, state, replay):
     """One step replayed from its record, for its value only (no derivatives): an
-    accepted step is recomputed, a rejected one is `body.skip`ped."""
+    accepted step is recomputed, a rejected one is `body.skip`ped.
+
+    The backward pass's advances use this for large states only (those with windows
+    shorter than `_WINDOW`). For a small state the branch costs about what it saves:
+    on the 2-D damped oscillator at c = 16 the gradient ran as fast with it, and
+    `jit(grad)` took 7% longer to compile (0.25 s); on a 4096-point reaction-diffusion
+    problem it saves 6-11% of the gradient's time (measured)."""
 
     def taped(theta, state, replay):
         return body.step(theta, state, replay)[0]
@@ -632,7 +639,9 @@ def _advance(body: LoopBody, theta, c: int, window: _Window, plan: _Plan, hand: 
     def step(carry):
         state, pos = carry
         replay = _index(window.replays, pos - window.start)
-        return advance(body, theta, state, replay), pos + 1
+        if window.w < _WINDOW:  # a large state: see `advance`
+            return advance(body, theta, state, replay), pos + 1
+        return body.step(theta, state, replay)[0], pos + 1
 
     def segment(carry):
         plan, hand, states = carry

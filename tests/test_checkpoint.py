@@ -342,11 +342,17 @@ def _attempts(times):
     return [bool(abs(b - e) < 1e-9) for b, e in zip(starts[1:], ends[:-1], strict=True)] + [True]
 
 
-@pytest.mark.parametrize("c", [None, 4, 9])
-def test_rejected_steps_cost_no_backward_evaluations(c):
+@pytest.mark.parametrize(("c", "w"), [(None, None), (4, None), (9, None), (4, 3), (9, 5)])
+def test_rejected_steps_cost_no_backward_evaluations(c, w, monkeypatch):
     """The backward pass re-evaluates accepted steps only: 6 evaluations for each
     accepted step the plan advances or reverses, none for a rejected one, 1 per restore;
-    and the gradient is the one of storing every step."""
+    and the gradient is the one of storing every step. Advances skip rejected steps
+    for large states (a window `w` shorter than `_WINDOW`), and evaluate them for small
+    ones."""
+    from odeckpt import _loops
+
+    if w is not None:
+        monkeypatch.setattr(_loops, "window_size", lambda *_: w)
     calls = []
 
     def vf(t, y, a):
@@ -378,11 +384,13 @@ def test_rejected_steps_cost_no_backward_evaluations(c):
         ends = [isinstance(a, schedules.Advance) and a.stop == n for a in plan]
         end = ends.index(True)  # the forward pass's last step
         backward = plan[end + 1 :]
-        steps = [i for a in backward if isinstance(a, schedules.Advance)
-                 for i in range(a.start, a.stop)]  # fmt: skip
-        steps += [a.step for a in backward if isinstance(a, schedules.Reverse)]
+        advanced = [i for a in backward if isinstance(a, schedules.Advance)
+                    for i in range(a.start, a.stop)]  # fmt: skip
+        reversed_ = [a.step for a in backward if isinstance(a, schedules.Reverse)]
         restores = sum(isinstance(a, schedules.Restore) for a in backward)
-        expected = len(forward) + 6 * sum(accepted[i] for i in steps) + restores
+        skipped = w is not None  # small states' advances evaluate rejected steps too
+        advances = sum(accepted[i] or not skipped for i in advanced)
+        expected = len(forward) + 6 * (advances + sum(accepted[i] for i in reversed_)) + restores
         stored = jax.jit(jax.grad(ft.partial(loss, c=None)))(30.0)
         np.testing.assert_allclose(grad, stored, rtol=1e-13)
     assert len(everything) == expected
