@@ -97,6 +97,31 @@ def test_time_gradients_match_finite_differences(direction, c):
 
 
 @pytest.mark.parametrize("direction", [1.0, -1.0])
+def test_replays_without_error_control_give_the_same_gradient(direction, monkeypatch):
+    """Small states replay steps without the error norm (`_integrate._light_replay`);
+    every derivative, the times' included, is the one of the full replay."""
+    from odeckpt import _integrate
+
+    def loss(y0, k, t0, t1, ts):
+        sol = oc.diffeqsolve(lambda t, y, a: jnp.stack([y[1], -y[0] - a * y[1] + jnp.sin(t)]),
+                             oc.Tsit5(), t0, t1, 0.05 * direction, y0, args=k,
+                             saveat=oc.SaveAt(ts=ts, t1=True),
+                             stepsize_controller=oc.PIDController(rtol=1e-7, atol=1e-9),
+                             adjoint=oc.CheckpointAdjoint(3), max_steps=500)  # fmt: skip
+        assert int(sol.stats["num_rejected_steps"]) > 0
+        return jnp.sum(jnp.sin(sol.ys) * jnp.arange(1.0, 1.0 + sol.ys.size).reshape(sol.ys.shape))
+
+    t0, t1 = (0.0, 3.0) if direction > 0 else (3.0, 0.0)
+    ts = jnp.array([0.7, 1.4, 2.1])[:: int(direction)]
+    args = (jnp.array([1.0, 0.0]), 30.0 * direction, t0, t1, ts)  # damped either way
+    light = jax.grad(loss, argnums=(0, 1, 2, 3, 4))(*args)
+    monkeypatch.setattr(_integrate, "_LIGHT_REPLAY_BYTES", -1)
+    full = jax.grad(loss, argnums=(0, 1, 2, 3, 4))(*args)
+    for a, b in zip(light, full, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-13)
+
+
+@pytest.mark.parametrize("direction", [1.0, -1.0])
 @pytest.mark.parametrize("c", [None, 2])
 def test_save_time_at_t0_has_the_one_sided_derivative(direction, c):
     """y(ts[i]) with ts[i] == t0 is y0, and moves like y0 + (ts[i] - t0) f(t0, y0)."""
