@@ -20,7 +20,7 @@ from ._controllers import (
 )
 from ._custom_types import Args, Y
 from ._interpolation import DenseStep
-from ._loops import Emitter, LoopBody
+from ._loops import _WINDOW, _WINDOW_BYTES, Emitter, LoopBody
 from ._results import RESULTS
 from ._solvers import AbstractSolver
 from ._terms import AbstractTerm
@@ -103,12 +103,27 @@ def _count_at_or_before(ts, t) -> jax.Array:
     return jnp.searchsorted(ts, t, side="right").astype(jnp.int32)
 
 
-def clip_to_end(t_new, t_next, problem: Problem, accepted):
-    """Land exactly on t1 when the next step would end within ~100 ulp of it."""
+def _clipped(t_new, problem: Problem, accepted):
+    """Where a step from `t_new` ends when it is clipped to land on t1: at t1 after an
+    accepted step, halfway there after a rejected one."""
     t_new = jnp.minimum(t_new, problem.t1)
     halfway = t_new + 0.5 * (problem.t1 - t_new)
-    clipped = jnp.where(accepted, problem.t1, halfway)
-    return jnp.where(t_next > problem.t1_floor, clipped, t_next)
+    return jnp.where(accepted, problem.t1, halfway)
+
+
+def clip_to_end(t_new, t_next, problem: Problem, accepted):
+    """Land exactly on t1 when the next step would end within ~100 ulp of it."""
+    return jnp.where(t_next > problem.t1_floor, _clipped(t_new, problem, accepted), t_next)
+
+
+def _recorded_next(problem: Problem, t, accepted, recorded):
+    """A replayed step's `t_next`: the `recorded` value, bit for bit, with the
+    derivatives `clip_to_end` gives it (of `t1` where the step was clipped, else of `t`;
+    the controller's step size is not differentiated)."""
+    sg = jax.lax.stop_gradient
+    clipped = _clipped(t, problem, accepted)
+    moved = jnp.where(recorded == clipped, clipped, t + sg(recorded - t))
+    return recorded + (moved - sg(moved))
 
 
 class Integrator(eqx.Module):
@@ -168,40 +183,30 @@ class Integrator(eqx.Module):
         t_next = self._next_time(problem, t, decision, accepted)
         if replay is not None:
             t_next = replay.t_next + (t_next - jax.lax.stop_gradient(t_next))
+        result = jnp.where(state.result == 0, result, state.result).astype(jnp.int32)
+        return self._advanced(problem, state, out, accepted, t, t_next, decision.state, result)
+
+    def _replayed(self, problem: Problem, state: State, replay: Replay, out):
+        """`step` under a replay, without error control (see `_light_replay`): the
+        recorded decisions, and the derivatives of `t_next` that `step` would give."""
+        accepted = replay.accepted
+        t = jnp.where(accepted, state.t_next, state.t)
+        t_next = _recorded_next(problem, t, accepted, replay.t_next)
+        return self._advanced(problem, state, out, accepted, t, t_next, state.controller,
+                              state.result)  # fmt: skip
+
+    def _advanced(self, problem, state: State, out, accepted, t, t_next, controller, result):
+        """The step's new state, output record and accept flag, given its decisions."""
         new = State(
             t=t,
             t_next=t_next,
             y=_select(accepted, out.y1, state.y),
             solver_state=_select(accepted, out.state, state.solver_state),
-            controller=decision.state,
+            controller=controller,
             num_accepted=state.num_accepted + accepted,
             num_rejected=state.num_rejected + ~accepted,
             save_index=self._save_index(problem, t, state.save_index),
-            result=jnp.where(state.result == 0, result, state.result).astype(jnp.int32),
-        )
-        record = Record(DenseStep(t0, state.t_next, state.y, out.coeffs), out.y1)
-        return new, record, accepted
-
-    def _replayed(self, problem: Problem, state: State, replay: Replay, out):
-        """`step` under a replay, without error control (see `_light_replay`): the
-        recorded decisions, and the derivatives of `t_next` that `step` would give (to
-        `t` when the step is not clipped, to `t1` where it lands on it)."""
-        sg = jax.lax.stop_gradient
-        accepted = replay.accepted
-        t = jnp.where(accepted, state.t_next, state.t)
-        end = jnp.minimum(t, problem.t1)
-        clipped = jnp.where(accepted, problem.t1, end + 0.5 * (problem.t1 - end))
-        moved = jnp.where(replay.t_next == clipped, clipped, t + sg(replay.t_next - t))
-        new = State(
-            t=t,
-            t_next=replay.t_next + (moved - sg(moved)),  # the recorded value, bit for bit
-            y=_select(accepted, out.y1, state.y),
-            solver_state=_select(accepted, out.state, state.solver_state),
-            controller=state.controller,
-            num_accepted=state.num_accepted + accepted,
-            num_rejected=state.num_rejected + ~accepted,
-            save_index=self._save_index(problem, t, state.save_index),
-            result=state.result,
+            result=result,
         )
         record = Record(DenseStep(state.t, state.t_next, state.y, out.coeffs), out.y1)
         return new, record, accepted
@@ -217,11 +222,7 @@ class Integrator(eqx.Module):
         non-differentiable). The derivatives are those of a rejected step: `t_next`
         depends on `t` (and on `t1`, where a step was halved to land on it), never on
         the rejected candidate."""
-        sg = jax.lax.stop_gradient
-        t = jnp.minimum(state.t, problem.t1)
-        halfway = t + 0.5 * (problem.t1 - t)
-        moved = jnp.where(replay.t_next == halfway, halfway, state.t + sg(replay.t_next - state.t))
-        t_next = replay.t_next + (moved - sg(moved))  # the recorded value, bit for bit
+        t_next = _recorded_next(problem, state.t, jnp.asarray(False), replay.t_next)
         return eqx.tree_at(
             lambda s: (s.t_next, s.num_rejected), state, (t_next, state.num_rejected + 1)
         )
@@ -268,7 +269,11 @@ class Integrator(eqx.Module):
         return tuple(emitters)
 
 
-_LIGHT_REPLAY_BYTES = 2048
+_LIGHT_REPLAY_BYTES = _WINDOW_BYTES // _WINDOW
+"""The largest state replayed without error control: the size up to which
+`_loops.window_size` gives a full window of checkpoint records (the loops' "small
+state"). A state whose record's 53 bytes of scalars tip it over gets both this and
+`_loops.advance`'s skipping, which is harmless."""
 
 
 def _light_replay(problem: Problem, state: State) -> bool:
