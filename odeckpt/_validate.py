@@ -24,15 +24,14 @@ def floating_state(y0):
         raise ValueError("`y0` is an empty PyTree; pass at least one floating array.")
     arrays = [jnp.asarray(x) for x in leaves]
     for path, x in zip(jax.tree_util.tree_flatten_with_path(y0)[0], arrays, strict=True):
+        name = jax.tree_util.keystr(path[0]) or "y0"
         if jnp.issubdtype(x.dtype, jnp.complexfloating):
-            name = jax.tree_util.keystr(path[0]) or "y0"
             raise TypeError(
                 f"`y0` must hold real floating arrays; leaf {name} is complex ({x.dtype}). "
                 "Solve for the real and imaginary parts as two leaves, `(y.real, y.imag)`, "
                 "with the vector field written on them."
             )
         if not jnp.issubdtype(x.dtype, jnp.floating):
-            name = jax.tree_util.keystr(path[0]) or "y0"
             raise TypeError(
                 f"`y0` must hold floating arrays; leaf {name} has dtype {x.dtype}. "
                 "Convert it, e.g. `jnp.asarray(y0, dtype=float)`."
