@@ -124,7 +124,7 @@ class CheckpointAdjoint(AbstractAdjoint):
         store_all = self.memory_budget or STORE_EVERY_STEP_BYTES
         if batch * max_steps * _nbytes(state0) <= store_all:
             return max_steps
-        per_checkpoint = max(batch * _nbytes(integrator.compress(state0)), 1)
+        per_checkpoint = max(batch * _nbytes(jax.eval_shape(integrator.compress, state0)), 1)
         fit = min(max(budget // per_checkpoint, 2), max_steps - 1)
         return int(min(fit, max(useful_checkpoints(max_steps), 2)))
 

@@ -21,6 +21,7 @@ from ._controllers import (
 from ._custom_types import Args, Y
 from ._interpolation import DenseStep
 from ._loops import _WINDOW, _WINDOW_BYTES, Emitter, LoopBody
+from ._pack import Packed, pack, unpack
 from ._results import RESULTS
 from ._solvers import AbstractSolver
 from ._terms import AbstractTerm
@@ -41,16 +42,11 @@ class State(eqx.Module):
 
 
 class Checkpoint(eqx.Module):
-    """What a checkpoint stores: the state less `solver_state`, recomputed on restore."""
+    """What a checkpoint stores: the state less `solver_state` (recomputed on restore),
+    its scalars packed into a few vectors (see `_pack`)."""
 
-    t: jax.Array
-    t_next: jax.Array
     y: Y
-    controller: ControllerState
-    num_accepted: jax.Array
-    num_rejected: jax.Array
-    save_index: jax.Array
-    result: jax.Array
+    rest: Packed  # t, t_next, controller, num_accepted, num_rejected, save_index, result
 
 
 class Problem(eqx.Module):
@@ -240,12 +236,13 @@ class Integrator(eqx.Module):
         return (state.t < problem.t1) & (state.result == RESULTS.successful)
 
     def compress(self, state: State) -> Checkpoint:
-        fields = {k: v for k, v in vars(state).items() if k != "solver_state"}
-        return Checkpoint(**fields)
+        rest = {k: v for k, v in vars(state).items() if k not in ("y", "solver_state")}
+        return Checkpoint(state.y, pack(rest))
 
     def restore(self, problem: Problem, ckpt: Checkpoint) -> State:
-        solver_state = self.solver.init(problem.term, ckpt.t, ckpt.y, problem.args)
-        return State(solver_state=solver_state, **vars(ckpt))
+        rest = unpack(ckpt.rest)
+        solver_state = self.solver.init(problem.term, rest["t"], ckpt.y, problem.args)
+        return State(y=ckpt.y, solver_state=solver_state, **rest)
 
     def body(self) -> LoopBody:
         return LoopBody(

@@ -479,3 +479,40 @@ def test_fixed_step_counts_are_known_before_the_solve(t0, t1, dt0, expected):
     assert _expected_steps(oc.PIDController(1e-6, 1e-6), t0, t1, dt0, jnp.float64) is None
     traced = jax.jit(lambda t1: _expected_steps(controller, t0, t1, dt0, jnp.float64) or 0)
     assert traced(t1) == 0  # unknown when traced: the online placement is used
+
+
+def test_checkpoint_scalars_pack_into_short_vectors_and_back():
+    """A checkpoint's scalars travel as a few vectors of at most `VECTOR_BYTES` (a
+    window of them stays under XLA's inline-loop limit); unpacking gives back every
+    leaf exactly, with its dtype, shape and weak type."""
+    from odeckpt._pack import VECTOR_BYTES, pack, unpack
+
+    tree = {
+        "t": jnp.asarray(1.25, jnp.float64),
+        "t_next": jnp.asarray(-3e300, jnp.float64),
+        "errors": (jnp.asarray(0.5, jnp.float32), jnp.asarray(np.nan, jnp.float32)),
+        "flag": jnp.asarray(True),
+        "counts": [jnp.asarray(k - 2, jnp.int32) for k in range(6)],
+        "weak": jnp.asarray(2.0),  # weakly typed: kept as is
+        "vector": jnp.arange(3.0),  # not a scalar: kept as is
+        "more": jnp.asarray(7.0, jnp.float64),
+    }
+    packed = pack(tree)
+    assert all(v.nbytes <= VECTOR_BYTES for v in packed.vectors)
+    # float64: 3 scalars in 2 vectors; float32: 2 in 1; bool: 1; int32: 6 in 2
+    assert sorted((str(v.dtype), v.size) for v in packed.vectors) == sorted(
+        [("float64", 2), ("float64", 1), ("float32", 2), ("bool", 1), ("int32", 4),
+         ("int32", 2)]
+    )  # fmt: skip
+    assert len(packed.loose) == 2
+    back = unpack(packed)
+    assert jax.tree.structure(back) == jax.tree.structure(tree)
+    for got, want in zip(jax.tree.leaves(back), jax.tree.leaves(tree), strict=True):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert got.weak_type == want.weak_type
+        np.testing.assert_array_equal(got, want)
+    # and under jit, with traced leaves
+    again = jax.jit(lambda tree: unpack(pack(tree)))(tree)
+    for got, want in zip(jax.tree.leaves(again), jax.tree.leaves(tree), strict=True):
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)

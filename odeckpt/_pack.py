@@ -1,0 +1,67 @@
+"""A PyTree's scalar leaves packed into a few short vectors, and unpacked again.
+
+A checkpoint's small values (times, counters, controller memory, status) would
+otherwise be a dozen leaves, and every buffer a checkpoint moves through (the slots,
+a window of checkpoints) would cost a dozen scatters and slices per store or load:
+each one a kernel for XLA to compile and to run. Packed, they are a few vectors.
+
+Each vector holds at most `VECTOR_BYTES`: a window of checkpoints (`_loops._WINDOW`
+rows) must stay within the 512 bytes under which XLA's CPU runtime runs a loop body
+inline (see the comment above `_loops._WINDOW`), as a 2-D float64 state's rows do.
+"""
+
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+VECTOR_BYTES = 16
+
+
+class _Leaf(eqx.Module):
+    vector: int  # index into `vectors`; -1: kept as is, in `loose`
+    start: int  # offset in the vector, or index into `loose`
+    shape: tuple[int, ...]
+
+
+class Packed(eqx.Module):
+    """Scalars of one dtype packed `VECTOR_BYTES` at a time. Weakly typed leaves stay
+    as they are (`loose`), packing would make them strong, and so do leaves that are
+    not scalars."""
+
+    vectors: tuple[jax.Array, ...]
+    loose: tuple[jax.Array, ...]
+    treedef: Any = eqx.field(static=True)
+    leaves: tuple[_Leaf, ...] = eqx.field(static=True)
+
+
+def pack(tree) -> Packed:
+    """Pack `tree`, whose leaves must all be arrays."""
+    values, treedef = jax.tree.flatten(tree)
+    values = [jnp.asarray(x) for x in values]
+    vectors: list[list[jax.Array]] = []
+    open_vector: dict = {}  # dtype -> index of its vector being filled
+    loose, leaves = [], []
+    for x in values:
+        if x.weak_type or x.ndim > 0:
+            leaves.append(_Leaf(-1, len(loose), tuple(x.shape)))
+            loose.append(x)
+            continue
+        k = open_vector.get(x.dtype)
+        if k is None or (len(vectors[k]) + 1) * x.dtype.itemsize > VECTOR_BYTES:
+            k = open_vector[x.dtype] = len(vectors)
+            vectors.append([])
+        leaves.append(_Leaf(k, len(vectors[k]), ()))
+        vectors[k].append(x)
+    packed = tuple(jnp.stack(v) for v in vectors)
+    return Packed(packed, tuple(loose), treedef, tuple(leaves))
+
+
+def unpack(packed: Packed):
+    """The PyTree `pack` was given."""
+    values = [
+        packed.loose[leaf.start] if leaf.vector < 0 else packed.vectors[leaf.vector][leaf.start]
+        for leaf in packed.leaves
+    ]
+    return jax.tree.unflatten(packed.treedef, values)
