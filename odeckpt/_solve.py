@@ -95,7 +95,7 @@ def diffeqsolve(
     state0 = integrator.init(problem, tau0, y0, dt0)
     if invalid is not None:  # with `throw=False`: a bad input value stops the solve at t0
         code = jnp.where(invalid, RESULTS.invalid_input, state0.result).astype(jnp.int32)
-        state0 = eqx.tree_at(lambda s: s.result, state0, code)
+        state0 = state0.with_result(code)
     if isinstance(adjoint, AbstractContinuousAdjoint):
         adjoint = adjoint.with_throw(throw)
     out = adjoint.loop(integrator, problem, state0, max_steps)
