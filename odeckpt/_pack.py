@@ -21,14 +21,13 @@ VECTOR_BYTES = 16
 
 class _Leaf(eqx.Module):
     vector: int  # index into `vectors`; -1: kept as is, in `loose`
-    start: int  # offset in the vector, or index into `loose`
-    shape: tuple[int, ...]
+    index: int  # position in that vector, or in `loose`
 
 
 class Packed(eqx.Module):
-    """Scalars of one dtype packed `VECTOR_BYTES` at a time. Weakly typed leaves stay
-    as they are (`loose`), packing would make them strong, and so do leaves that are
-    not scalars."""
+    """Scalars of one dtype, `VECTOR_BYTES` to a vector. Leaves that are not scalars
+    stay as they are (`loose`), and so do weakly typed ones: packing would make them
+    strongly typed."""
 
     vectors: tuple[jax.Array, ...]
     loose: tuple[jax.Array, ...]
@@ -45,14 +44,14 @@ def pack(tree) -> Packed:
     loose, leaves = [], []
     for x in values:
         if x.weak_type or x.ndim > 0:
-            leaves.append(_Leaf(-1, len(loose), tuple(x.shape)))
+            leaves.append(_Leaf(-1, len(loose)))
             loose.append(x)
             continue
         k = open_vector.get(x.dtype)
         if k is None or (len(vectors[k]) + 1) * x.dtype.itemsize > VECTOR_BYTES:
             k = open_vector[x.dtype] = len(vectors)
             vectors.append([])
-        leaves.append(_Leaf(k, len(vectors[k]), ()))
+        leaves.append(_Leaf(k, len(vectors[k])))
         vectors[k].append(x)
     packed = tuple(jnp.stack(v) for v in vectors)
     return Packed(packed, tuple(loose), treedef, tuple(leaves))
@@ -61,7 +60,7 @@ def pack(tree) -> Packed:
 def unpack(packed: Packed):
     """The PyTree `pack` was given."""
     values = [
-        packed.loose[leaf.start] if leaf.vector < 0 else packed.vectors[leaf.vector][leaf.start]
+        packed.loose[leaf.index] if leaf.vector < 0 else packed.vectors[leaf.vector][leaf.index]
         for leaf in packed.leaves
     ]
     return jax.tree.unflatten(packed.treedef, values)
