@@ -26,6 +26,13 @@ from ._results import RESULTS
 from ._solvers import AbstractSolver
 from ._terms import AbstractTerm
 
+# Positions in `State.counts`.
+_ACCEPTED, _REJECTED, _SAVE_INDEX, _RESULT = range(4)
+
+
+def _counter(position: int, doc: str) -> property:
+    return property(lambda state: state.counts[position], doc=doc)
+
 
 class State(eqx.Module):
     """The loop state between two attempted steps.
@@ -41,28 +48,17 @@ class State(eqx.Module):
     controller: ControllerState
     counts: jax.Array  # int32 (num_accepted, num_rejected, save_index, result)
 
-    @property
-    def num_accepted(self) -> jax.Array:
-        return self.counts[0]
-
-    @property
-    def num_rejected(self) -> jax.Array:
-        return self.counts[1]
-
-    @property
-    def save_index(self) -> jax.Array:
-        """The next row of `SaveAt(ts)` to fill."""
-        return self.counts[2]
-
-    @property
-    def result(self) -> jax.Array:
-        return self.counts[3]
+    num_accepted = _counter(_ACCEPTED, "Accepted steps so far.")
+    num_rejected = _counter(_REJECTED, "Rejected steps so far.")
+    save_index = _counter(_SAVE_INDEX, "The next row of `SaveAt(ts)` to fill.")
+    result = _counter(_RESULT, "The `RESULTS` code: 0 while the solve goes well.")
 
     def with_result(self, result) -> "State":
-        return eqx.tree_at(lambda s: s.counts, self, self.counts.at[3].set(result))
+        return eqx.tree_at(lambda s: s.counts, self, self.counts.at[_RESULT].set(result))
 
 
 def _counts(num_accepted, num_rejected, save_index, result) -> jax.Array:
+    """`State.counts` from its four values (in the order of the positions above)."""
     values = (num_accepted, num_rejected, save_index, result)
     return jnp.stack([jnp.asarray(v).astype(jnp.int32) for v in values])
 
@@ -242,7 +238,7 @@ class Integrator(eqx.Module):
         depends on `t` (and on `t1`, where a step was halved to land on it), never on
         the rejected candidate."""
         t_next = _recorded_next(problem, state.t, jnp.asarray(False), replay.t_next)
-        counts = state.counts.at[1].add(1)
+        counts = state.counts.at[_REJECTED].add(1)
         return eqx.tree_at(lambda s: (s.t_next, s.counts), state, (t_next, counts))
 
     def _next_time(self, problem, t, decision, accepted):
