@@ -17,7 +17,7 @@ import jax.numpy as jnp
 
 from ._adjoint_ode import AdjointField, Flow, Slopes, stability_limit
 from ._controllers import _initial_state
-from ._integrate import Integrator, Problem, State
+from ._integrate import Integrator, Problem, State, _all_finite
 from ._loops import LoopOutput, forward_loop
 from ._results import RESULTS
 from ._solvers import AbstractRungeKutta, AbstractSolver
@@ -237,12 +237,16 @@ def _initial_sweep(adjoint, ctx, field: AdjointField, solver, out: LoopOutput, t
 def _checked(sw: Sweep, adjoint, max_steps: int):
     """The gradients, or NaN (or an error, with `throw`) when the sweep failed."""
     diverged = adjoint.diverged(sw)
-    failed = diverged | (sw.result != RESULTS.successful)
+    # A non-finite adjoint or gradient is the adjoint ODE's own instability (the forward
+    # values were finite): reported, never returned as a gradient.
+    unstable = (sw.result == RESULTS.nonfinite_state) | ~_all_finite((sw.flow.a, sw.g))
+    failed = diverged | unstable | (sw.result != RESULTS.successful)
     nan = lambda x: jnp.where(failed, jnp.nan, x)  # noqa: E731
     ct_y0, g = jax.tree.map(nan, (sw.flow.a, sw.g))
     if adjoint.throw:
         name = type(adjoint).__name__
-        reason = jnp.where(diverged, 0, jnp.where(sw.result == RESULTS.dt_min_reached, 2, 1))
+        reason = jnp.where(sw.result == RESULTS.dt_min_reached, 2, 1)
+        reason = jnp.where(diverged, 0, jnp.where(unstable, 3, reason))
         messages = [
             RESULTS.backsolve_diverged.message,
             f"{name}: the backward solve reached `max_steps={max_steps}` before `t0`. "
@@ -251,6 +255,11 @@ def _checked(sw: Sweep, adjoint, max_steps: int):
             f"{name}: the backward solve's step size fell below `dtmin`. "
             f"Pass `{name}(stepsize_controller=None)` to step on the forward pass's "
             "step times, or use `CheckpointAdjoint()`.",
+            f"{name}: the adjoint ODE's solution became non-finite. Either the vector "
+            "field's derivative is not finite along the solution (e.g. sqrt at 0), or the "
+            "adjoint ODE was unstable on the steps taken (a stiff mode that the forward "
+            f"solution never excited). Pass `{name}(stepsize_controller=PIDController("
+            "rtol, atol))` to choose the backward steps, or use `CheckpointAdjoint()`.",
         ]
         ct_y0, g = eqx.branched_error_if((ct_y0, g), failed, reason, messages)
     return ct_y0, g

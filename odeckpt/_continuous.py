@@ -16,6 +16,7 @@ supported, each with an error naming `CheckpointAdjoint`: gradients with respect
 
 import dataclasses
 import math
+import numbers
 
 import equinox as eqx
 import jax
@@ -191,6 +192,12 @@ class BacksolveAdjoint(AbstractContinuousAdjoint):
 
     def __check_init__(self):
         check_checkpoints(self)
+        tol = self.divergence_tol
+        if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not tol > 0:
+            raise ValueError(
+                "`BacksolveAdjoint(divergence_tol=...)` must be a positive number (an "
+                f"anchor distance in units of the forward tolerance); got {tol!r}."
+            )
 
     def integrates_y(self) -> bool:
         return True

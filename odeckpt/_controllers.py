@@ -7,6 +7,8 @@ gradient of the numerical solution on the time grid that was accepted. Different
 the decisions would differentiate a piecewise-constant function (zero almost
 everywhere, undefined at the switches) and would put NaN into gradients whenever the
 error norm is zero. diffrax, torchdiffeq and OrdinaryDiffEq.jl make the same choice.
+`ConstantStepSize` decides only its number of steps: its grid of equal steps moves with
+t0 and t1 (differentiably).
 """
 
 from collections.abc import Callable
@@ -86,8 +88,35 @@ MAX_COUNTED = 10**6
 """`ConstantStepSize.expected_steps` counts steps at trace time up to this many."""
 
 
+def uniform_steps(t0, t1, dt0):
+    """The number of equal steps `ceil((t1 - t0) / dt0)` (at least 1) that cover
+    `[t0, t1]` with steps no longer than `dt0`, which is first rounded up by one ulp: a
+    `dt0` that divides `t1 - t0` but for rounding gives that many steps, not one more.
+
+    The same IEEE operations on NumPy scalars (concrete times) and on JAX arrays
+    (traced times), so both give the same count."""
+    xp = jnp if any(isinstance(v, jax.Array) for v in (t0, t1, dt0)) else np
+    dt = xp.nextafter(dt0, xp.asarray(np.inf, xp.result_type(dt0)))
+    count = xp.ceil((t1 - t0) / dt)
+    return xp.clip(count, 1, 2**30).astype(xp.int32)
+
+
+def uniform_time(t0, t1, k, n):
+    """The end of the k-th of n equal steps from t0 to t1: `t0 + (t1 - t0) * (k / n)`,
+    exactly t1 for k = n. A fraction of the span, not a sum of k steps: no rounding
+    accumulates."""
+    xp = jnp if any(isinstance(v, jax.Array) for v in (t0, t1, k, n)) else np
+    dtype = xp.result_type(t0)
+    fraction = xp.asarray(k, dtype) / xp.asarray(n, dtype)
+    return xp.where(k >= n, t1, t0 + (t1 - t0) * fraction).astype(dtype)
+
+
 class ConstantStepSize(AbstractStepSizeController):
-    """Fixed steps of size `dt0` (the last step is shortened to land on `t1`)."""
+    """Fixed steps: `n = ceil((t1 - t0) / dt0)` equal steps from t0 to t1, each ending
+    at `t0 + (t1 - t0) k / n` (so no step is longer than `dt0`, and rounding does not
+    accumulate over the steps). diffrax 0.7 places its steps after the first at the
+    same times; its first step is `dt0` long, so where `dt0` does not divide `t1 - t0`
+    its first two steps differ from these."""
 
     def first_step(self, solver, term, t0, y0, dt0, args):
         if dt0 is None:
@@ -101,25 +130,55 @@ class ConstantStepSize(AbstractStepSizeController):
         return Decision(jnp.asarray(True), sg(dt), state, jnp.asarray(RESULTS.successful))
 
     def expected_steps(self, t0, t1, t1_floor, dt0) -> int | None:
-        """Counted by repeating the loop's time arithmetic, when t0, t1 and dt0 are
-        concrete and there are at most `MAX_COUNTED` steps."""
+        """Counted by repeating the loop's time arithmetic (`_UniformSteps`, and
+        `Integrator.init` and `clip_to_end`), when t0, t1 and dt0 are concrete and there
+        are at most `MAX_COUNTED` steps."""
         if t0 is None or t1 is None or t1_floor is None or dt0 is None:
             return None
-        t, end, floor, dt = (np.asarray(v)[()] for v in (t0, t1, t1_floor, dt0))
-        if not (dt > 0 and end > t) or (end - t) / dt > MAX_COUNTED:
+        t0, t1, floor, dt0 = (np.asarray(v)[()] for v in (t0, t1, t1_floor, dt0))
+        if not (dt0 > 0 and t1 > t0) or (t1 - t0) / dt0 > MAX_COUNTED:
             return None
-        count = 0
-        while t < end:  # `Integrator.init` and `clip_to_end`
-            t_next = min(t + dt, end)
-            t = end if t_next > floor else t_next
-            count += 1
-        return count
+        n = int(uniform_steps(t0, t1, dt0))
+        ends = uniform_time(t0, t1, np.arange(1, n + 1), n)
+        starts = np.concatenate([[t0], ends[:-1]]).astype(ends.dtype)
+        stretched = np.nonzero(stretched_to_end(starts, ends, t1, floor))[0]
+        return int(stretched[0]) + 1 if stretched.size else n
+
+
+class _UniformSteps(AbstractStepSizeController):
+    """`ConstantStepSize` inside the solve: its n and span in the internal time.
+    `ControllerState.index` counts the steps taken. The grid moves with t0 and t1 (n
+    stays): a solve's derivatives with respect to them are those of its steps' ends
+    `t0 + (t1 - t0) k / n`, as finite differences of the solve see them."""
+
+    t0: jax.Array
+    t1: jax.Array
+    num_steps: jax.Array
+
+    def first_step(self, solver, term, t0, y0, dt0, args):
+        return sg(uniform_time(self.t0, self.t1, 1, self.num_steps) - self.t0)
+
+    def decide(self, t0, dt, y0, y1, y_error, error_order, state):
+        state = eqx.tree_at(lambda s: s.index, state, state.index + 1)
+        return Decision(jnp.asarray(True), sg(dt), state, jnp.asarray(RESULTS.successful))
+
+    def next_time(self, t_new, decision):
+        index = decision.state.index + 1
+        return uniform_time(self.t0, self.t1, index, self.num_steps).astype(t_new.dtype)
+
+
+def stretched_to_end(t, t_next, t1, t1_floor):
+    """Whether a step from t to t_next is made to end at t1 instead: it ends past t1,
+    or within ~100 ulp of it (past `t1_floor`) and what it would leave is under half
+    the step. The second condition matters only where 100 ulp is itself a step or more
+    (times far from zero in float32): there it keeps steps from merging into one."""
+    return (t_next > t1_floor) & (t1 - t_next <= 0.5 * (t_next - t))
 
 
 class StepTo(AbstractStepSizeController):
     """Steps exactly to the given times `ts` (`ts[0] = t0`, `ts[-1] = t1`)."""
 
-    ts: jax.Array
+    ts: jax.Array = eqx.field(converter=jnp.asarray)
 
     def __check_init__(self):
         ts = concrete(self.ts)

@@ -15,8 +15,10 @@ from jaxtyping import PyTree
 from ._controllers import (
     AbstractStepSizeController,
     ControllerState,
+    Decision,
     PIDController,
     _initial_state,
+    stretched_to_end,
 )
 from ._custom_types import Args, Y
 from ._interpolation import DenseStep
@@ -130,8 +132,10 @@ def _clipped(t_new, problem: Problem, accepted):
 
 
 def clip_to_end(t_new, t_next, problem: Problem, accepted):
-    """Land exactly on t1 when the next step would end within ~100 ulp of it."""
-    return jnp.where(t_next > problem.t1_floor, _clipped(t_new, problem, accepted), t_next)
+    """Land exactly on t1 when the next step would end within ~100 ulp of it (see
+    `stretched_to_end`)."""
+    stretch = stretched_to_end(t_new, t_next, problem.t1, problem.t1_floor)
+    return jnp.where(stretch, _clipped(t_new, problem, accepted), t_next)
 
 
 def _recorded_next(problem: Problem, t, accepted, recorded):
@@ -157,9 +161,13 @@ class Integrator(eqx.Module):
 
     def init(self, problem: Problem, t0, y0: Y, dt0) -> State:
         k0 = self.solver.init(problem.term, t0, y0, problem.args)
-        dt = problem.controller.first_step(self.solver, problem.term, t0, y0, dt0, problem.args)
-        t_next = jnp.minimum(t0 + jax.lax.stop_gradient(dt).astype(t0.dtype), problem.t1)
-        t_next = jnp.where(t_next > problem.t1_floor, problem.t1, t_next)
+        controller = problem.controller
+        dt = controller.first_step(self.solver, problem.term, t0, y0, dt0, problem.args)
+        dt = jax.lax.stop_gradient(dt).astype(t0.dtype)
+        first = Decision(jnp.asarray(True), dt, _initial_state(t0.dtype), RESULTS.successful)
+        t_next = jnp.minimum(controller.next_time(t0, first).astype(t0.dtype), problem.t1)
+        stretch = stretched_to_end(t0, t_next, problem.t1, problem.t1_floor)
+        t_next = jnp.where(stretch, problem.t1, t_next)
         zero = jnp.asarray(0, jnp.int32)
         save_index = zero
         if problem.ts is not None:

@@ -9,7 +9,14 @@ from jax import lax
 
 from ._adjoints import AbstractAdjoint, CheckpointAdjoint
 from ._continuous import AbstractContinuousAdjoint
-from ._controllers import AbstractStepSizeController, ConstantStepSize, PIDController, StepTo
+from ._controllers import (
+    AbstractStepSizeController,
+    ConstantStepSize,
+    PIDController,
+    StepTo,
+    _UniformSteps,
+    uniform_steps,
+)
 from ._integrate import Integrator, Problem
 from ._progress import AbstractProgressMeter, progress_callback
 from ._results import RESULTS, raise_if_failed
@@ -17,7 +24,14 @@ from ._saveat import SaveAt
 from ._solution import DenseInterpolation, Solution
 from ._solvers import AbstractSolver
 from ._terms import ODETerm, as_term, time_reversed
-from ._validate import check_inputs, check_values, check_vector_field, concrete, floating_state
+from ._validate import (
+    check_inputs,
+    check_times,
+    check_values,
+    check_vector_field,
+    concrete,
+    floating_state,
+)
 
 
 def diffeqsolve(
@@ -67,11 +81,15 @@ def diffeqsolve(
     term = as_term(terms)
     y0 = floating_state(y0)
     check_inputs(solver, stepsize_controller, adjoint, saveat, max_steps, dt0)
+    check_times(t0, t1, dt0)
+    max_steps = None if max_steps is None else int(max_steps)
     tdtype = jnp.result_type(*[x for x in (t0, t1, dt0, saveat.ts) if x is not None], float)
     direction = _direction(t0, t1, dt0)  # from the raw values: jnp.asarray traces under jit
     no_ts = saveat.ts is None or saveat.ts.shape[0] == 0  # an empty ts saves no row
     ts = None if no_ts else _check_ts(saveat.ts, t0, t1)
     check_vector_field(term, jnp.asarray(t0, tdtype), y0, args)
+    if isinstance(stepsize_controller, StepTo):  # its own messages, when concrete
+        _check_step_to(stepsize_controller.ts, t0, t1)
     y0, invalid = check_values(y0, args, t0, t1, dt0, ts, stepsize_controller, throw)
     span = (concrete(t0), concrete(t1))  # for error messages, when known at trace time
     expected = _expected_steps(stepsize_controller, t0, t1, dt0, tdtype)
@@ -85,8 +103,8 @@ def diffeqsolve(
     ts = None if ts is None else ts.astype(tdtype) * sign
     tau0, tau1 = t0 * sign, t1 * sign
     term = ODETerm(eqx.filter_closure_convert(term.vf, tau0, y0, args))
-    controller = _internal_controller(stepsize_controller, t0, t1, sign)
     dt0 = None if dt0 is None else jnp.asarray(dt0, tdtype) * sign
+    controller = _internal_controller(stepsize_controller, tau0, tau1, dt0, sign)
     problem = Problem(term, args, controller, tau1, _floor(tau1), ts, expected)
     integrator = Integrator(
         solver, max_steps or 0, ts is not None, saveat.steps, saveat.dense,
@@ -143,13 +161,15 @@ def _check_ts(ts, t0, t1):
     return ts
 
 
-def _internal_controller(controller, t0, t1, sign):
-    """The controller in the solver's internal (increasing) time: `StepTo`'s times flip."""
+def _internal_controller(controller, tau0, tau1, dt0, sign):
+    """The controller in the solver's internal (increasing) time `tau = sign * t`:
+    `StepTo`'s times flip; `ConstantStepSize` becomes its grid of equal steps."""
+    if isinstance(controller, ConstantStepSize):
+        span = lax.stop_gradient((tau0, tau1))
+        return _UniformSteps(tau0, tau1, uniform_steps(*span, lax.stop_gradient(dt0)))
     if not isinstance(controller, StepTo):
         return controller
-    ts = jnp.asarray(controller.ts, t0.dtype)
-    _check_step_to(ts, t0, t1)
-    return StepTo(ts * sign)
+    return StepTo(jnp.asarray(controller.ts, tau0.dtype) * sign)
 
 
 def _check_step_to(ts, t0, t1):
@@ -230,7 +250,7 @@ def _solution(saveat, integrator, problem, state0, out, t0, t1, sign, y0, dt0, f
         ys_parts.append(jax.tree.map(lambda y: jnp.zeros((0, *y.shape), y.dtype), y0))
     if "steps" in buffers:
         step_ts, step_ys = buffers["steps"]
-        ts_parts.append(step_ts * sign)
+        ts_parts.append(jnp.where(step_ts < jnp.inf, step_ts * sign, step_ts))  # inf pads
         ys_parts.append(step_ys)
     if saveat.t1:
         y1 = final.y

@@ -37,8 +37,9 @@ class Marks(eqx.Module):
     anchor: Y | None = None
 
 
-MAX_SPLITS = 3
-"""A too stiff forward-grid step is split into at most 2^3 parts."""
+MAX_SPLITS = 16
+"""A too stiff forward-grid step is taken in parts of at least 2^-16 of it; a part
+still too stiff at that size ends the sweep (`RESULTS.nonfinite_state`)."""
 
 
 class SweepContext(eqx.Module):
@@ -77,9 +78,9 @@ class Sweep(eqx.Module):
     g: object  # dL/dtheta accumulated so far
     slopes: Slopes  # the right-hand side at (tau, flow), unless `fresh`
     fresh: jax.Array  # `slopes` is stale and must be recomputed
-    splits: jax.Array  # attempts just found too stiff: go 2^-splits of the way
+    splits: jax.Array  # halvings of this forward-grid step found needed (sub-step: `dt`)
     pointers: tuple[jax.Array, ...]  # per mark list: rows below are still ahead
-    dt: jax.Array  # next adaptive step size
+    dt: jax.Array  # next adaptive step size; on the grid, the sub-step while splits > 0
     controller: ControllerState
     worst: jax.Array  # largest anchor distance met so far
     num_steps: jax.Array  # attempted steps
@@ -176,19 +177,38 @@ def _too_stiff(ctx: SweepContext, sw: Sweep, step: AdjointStep, dt) -> jax.Array
 
 
 def _grid_iteration(ctx: SweepContext, field: AdjointField, sw: Sweep, lo) -> Sweep:
-    """One step of the adjoint ODE to the next mark, or part way after too stiff tries."""
+    """One step of the adjoint ODE to the next mark; or, once a try was too stiff, one
+    sub-step of half the last too stiff one. Sub-steps keep their size to the mark (the
+    stiffness within one forward step changes little), and the next forward step is
+    tried whole again."""
     sw = eqx.tree_at(lambda s: s.slopes, sw, _refresh(field, sw))
     mark = next_stop(ctx, sw.pointers, lo)
-    fraction = 0.5 ** sw.splits.astype(sw.tau.dtype)
-    target = jnp.where(sw.splits > 0, sw.tau - fraction * (sw.tau - mark), mark)
-    dt = sw.tau - target
+    gap = sw.tau - mark
+    whole = (sw.splits == 0) | (sw.dt * (1 + 1e-3) >= gap)  # the last sub-step lands
+    dt = jnp.where(whole, gap, sw.dt)
+    target = jnp.where(whole, mark, sw.tau - dt)
     step = adjoint_rk_step(ctx.tableau, field, -sw.tau, dt, sw.flow, sw.slopes)
-    stiff = _too_stiff(ctx, sw, step, dt) & (sw.splits < MAX_SPLITS)
+    too_stiff = _too_stiff(ctx, sw, step, dt)
+    split = too_stiff & (sw.splits < MAX_SPLITS)
     moved = _advance(sw, target, step)
-    sw = jax.tree.map(lambda new, old: jnp.where(stiff, old, new), moved, sw)
-    splits = jnp.where(stiff, sw.splits + 1, 0).astype(sw.splits.dtype)
-    sw = eqx.tree_at(lambda s: (s.splits, s.num_steps), sw, (splits, sw.num_steps + 1))
-    return arrive(ctx, sw)
+    sw = jax.tree.map(lambda new, old: jnp.where(split, old, new), moved, sw)
+    splits = jnp.where(split, sw.splits + 1, jnp.where(whole, 0, sw.splits))
+    sub_dt = jnp.where(split, 0.5 * dt, sw.dt).astype(sw.dt.dtype)
+    # Still too stiff after MAX_SPLITS halvings: the sweep ends, and reports it.
+    result = jnp.where(too_stiff & ~split, RESULTS.nonfinite_state, sw.result)
+    return arrive(
+        ctx,
+        eqx.tree_at(
+            lambda s: (s.splits, s.dt, s.num_steps, s.result),
+            sw,
+            (
+                splits.astype(sw.splits.dtype),
+                sub_dt,
+                sw.num_steps + 1,
+                result.astype(sw.result.dtype),
+            ),
+        ),
+    )
 
 
 def _controlled(ctx: SweepContext, sw: Sweep, step: AdjointStep):
@@ -235,7 +255,9 @@ def sweep_to(ctx: SweepContext, field: AdjointField, sw: Sweep, lo) -> Sweep:
     def going(sw):
         more = (sw.tau > lo) & (sw.result == RESULTS.successful)
         more = more & (sw.worst <= ctx.give_up_above)  # backsolve: diverged, stop
-        return more & (sw.num_steps < ctx.max_steps) if adaptive else more
+        # On the grid, sub-steps of too stiff forward steps count against `max_steps`
+        # beyond the forward pass's own steps.
+        return more & (sw.num_steps < (ctx.max_steps if adaptive else 2 * ctx.max_steps))
 
     sw = lax.while_loop(going, lambda sw: iterate(ctx, field, sw, lo), sw)
     stuck = (sw.tau > lo) & (sw.result == RESULTS.successful)

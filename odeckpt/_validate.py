@@ -45,6 +45,22 @@ def floating_state(y0):
     return jax.tree.unflatten(treedef, arrays)
 
 
+def check_times(t0, t1, dt0):
+    """`t0`, `t1` and `dt0` must be real scalars."""
+    for name, value in (("t0", t0), ("t1", t1), ("dt0", dt0)):
+        if value is None and name == "dt0":
+            continue
+        shape = jnp.shape(value)
+        if shape != ():
+            raise ValueError(
+                f"`{name}` must be a scalar; got shape {shape}. (For several intervals, "
+                "`jax.vmap` the solve over them.)"
+            )
+        dtype = jnp.result_type(value)
+        if not (jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer)):
+            raise TypeError(f"`{name}` must be a real number; got dtype {dtype}.")
+
+
 def check_inputs(solver, controller, adjoint, saveat, max_steps, dt0):
     _check_type(solver, AbstractSolver, "solver", "e.g. `odeckpt.Tsit5()`")
     _check_type(controller, AbstractStepSizeController, "stepsize_controller",
@@ -64,7 +80,8 @@ def check_inputs(solver, controller, adjoint, saveat, max_steps, dt0):
         )
     if isinstance(controller, StepTo) and dt0 is not None:
         raise ValueError("`StepTo(ts)` fixes the steps itself: pass `dt0=None`.")
-    if max_steps is not None and (not isinstance(max_steps, int) or max_steps < 1):
+    integer = isinstance(max_steps, int | np.integer) and not isinstance(max_steps, bool)
+    if max_steps is not None and (not integer or max_steps < 1):
         raise ValueError(f"`max_steps` must be a positive integer or None; got {max_steps!r}.")
     if max_steps is None and (saveat.steps or saveat.dense):
         which = "steps" if saveat.steps else "dense"
@@ -166,6 +183,10 @@ def _value_checks(y0, args, t0, t1, dt0, ts, controller):
     if ts is not None:
         yield (t0, t1, ts), _ts_outside, "`SaveAt(ts=...)` must lie within [t0, t1]."
         yield (t0, t1, ts), _ts_backwards, "`SaveAt(ts=...)` must run from t0 towards t1."
+    if isinstance(controller, StepTo):
+        steps = (t0, t1, controller.ts)
+        yield steps, _step_to_ends, "`StepTo(ts=...)` must start at t0 and end at t1."
+        yield steps, _step_to_backwards, "`StepTo(ts=...)` must be strictly monotone from t0 to t1."
     for name in ("rtol", "atol") if hasattr(controller, "rtol") else ():
         value = getattr(controller, name)
         yield (value,), _not_positive, f"`PIDController({name}=...)` must be positive."
@@ -174,6 +195,14 @@ def _value_checks(y0, args, t0, t1, dt0, ts, controller):
 def _bad_dt0(xp, t0, t1, dt0):
     wrong_sign = (t1 != t0) & (xp.sign(dt0) != xp.sign(t1 - t0))
     return (dt0 == 0) | wrong_sign | ~xp.isfinite(dt0)
+
+
+def _step_to_ends(xp, t0, t1, ts):
+    return (ts[0] != t0) | (ts[-1] != t1)
+
+
+def _step_to_backwards(xp, t0, t1, ts):
+    return xp.any(xp.where(t1 >= t0, 1, -1) * xp.diff(ts) <= 0)
 
 
 def _ts_outside(xp, t0, t1, ts):

@@ -464,7 +464,7 @@ def test_checkpoint_memory_is_one_state_per_checkpoint():
 @pytest.mark.parametrize(
     ("t0", "t1", "dt0", "expected"),
     [(0.0, 1.0, 0.1, 10), (0.0, 1.0, 0.3, 4), (1.0, 0.0, -0.25, 4), (0.0, 1000.0, 1.0, 1000),
-     (-2.0, 5.0, 1 / 3, 21)],
+     (-2.0, 5.0, 1 / 3, 21), (0.0, 1.0, 1e-4, 10000), (1.0, 2.0, 1e-4, 10000)],
 )  # fmt: skip
 def test_fixed_step_counts_are_known_before_the_solve(t0, t1, dt0, expected):
     """The step count predicted at trace time equals the count the solve takes."""
@@ -472,13 +472,53 @@ def test_fixed_step_counts_are_known_before_the_solve(t0, t1, dt0, expected):
 
     controller = oc.ConstantStepSize()
     assert _expected_steps(controller, t0, t1, dt0, jnp.float64) == expected
-    sol = oc.diffeqsolve(lambda t, y, a: -y, oc.Euler(), t0, t1, dt0, Y0, max_steps=2000)
+    sol = oc.diffeqsolve(lambda t, y, a: -y, oc.Euler(), t0, t1, dt0, Y0, max_steps=20000)
     assert int(sol.stats["num_accepted_steps"]) == expected
     ts = jnp.linspace(t0, t1, 7)
     assert _expected_steps(oc.StepTo(ts), t0, t1, None, jnp.float64) == 6
     assert _expected_steps(oc.PIDController(1e-6, 1e-6), t0, t1, dt0, jnp.float64) is None
     traced = jax.jit(lambda t1: _expected_steps(controller, t0, t1, dt0, jnp.float64) or 0)
     assert traced(t1) == 0  # unknown when traced: the online placement is used
+
+
+@pytest.mark.parametrize("direction", [1.0, -1.0])
+@pytest.mark.parametrize("c", [None, 3])
+def test_fixed_step_time_gradients_move_the_whole_grid(direction, c):
+    """`ConstantStepSize` ends step k at t0 + (t1 - t0) k / n: every step time moves
+    with t0 and t1, so do outputs at the steps, and the gradient is that of the solve
+    finite differences see (t1 - t0 = 1.05 is not a multiple of dt0 = 0.1: n = 11)."""
+
+    def loss(t0, t1):
+        sol = oc.diffeqsolve(lambda t, y, a: jnp.stack([y[1], -4.0 * y[0] + jnp.sin(t)]),
+                             oc.Tsit5(), t0, t1, 0.1 * direction, jnp.array([1.0, 0.0]),
+                             saveat=oc.SaveAt(steps=True), max_steps=16,
+                             adjoint=oc.CheckpointAdjoint(c))  # fmt: skip
+        rows = jnp.isfinite(sol.ts)
+        weights = jnp.arange(1.0, 17.0)[:, None]
+        return jnp.sum(jnp.where(rows[:, None], jnp.sin(sol.ys) * weights, 0.0)) + jnp.sum(
+            jnp.where(rows, sol.ts**2, 0.0)
+        )
+
+    t0, t1 = (0.0, 1.05) if direction > 0 else (1.05, 0.0)
+    grads = jax.grad(loss, argnums=(0, 1))(t0, t1)
+    eps = 1e-6
+    fd = [(loss(t0 + eps, t1) - loss(t0 - eps, t1)) / (2 * eps),
+          (loss(t0, t1 + eps) - loss(t0, t1 - eps)) / (2 * eps)]  # fmt: skip
+    np.testing.assert_allclose(grads, fd, rtol=1e-6)
+
+
+def test_fixed_steps_are_equal_and_do_not_merge_far_from_zero():
+    """dt0 = 0.3 on [0, 1]: four steps of 0.25. In float32 near t = 1e6 (times resolved
+    to 0.0625) the steps stay steps: none is stretched across the 100 ulp below t1."""
+    sol = oc.diffeqsolve(lambda t, y, a: -y, oc.Tsit5(), 0.0, 1.0, 0.3, Y0,
+                         saveat=oc.SaveAt(steps=True), max_steps=6)  # fmt: skip
+    np.testing.assert_array_equal(sol.ts[:4], [0.25, 0.5, 0.75, 1.0])
+    y0 = jnp.asarray([1.0, 0.0], jnp.float32)
+    t0 = jnp.asarray(1e6, jnp.float32)  # float32 times: t0, t1 and dt0 are float32 or weak
+    sol = oc.diffeqsolve(lambda t, y, a: jnp.stack([y[1], -y[0]]), oc.Tsit5(), t0,
+                         t0 + 5.0, 0.1, y0, max_steps=100)  # fmt: skip
+    assert sol.ts.dtype == jnp.float32 and int(sol.stats["num_steps"]) == 50
+    np.testing.assert_allclose(sol.ys[-1], [np.cos(5.0), -np.sin(5.0)], atol=1e-5)
 
 
 def test_checkpoint_scalars_pack_into_short_vectors_and_back():

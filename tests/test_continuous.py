@@ -114,6 +114,59 @@ def test_stiff_steps_of_the_forward_grid_are_split():
     assert relative_error(got, closed_form_gradient(a, y0)) <= 1e-5
 
 
+@pytest.mark.parametrize("adjoint", ADJOINTS.values(), ids=ADJOINTS.keys())
+def test_stiff_mode_the_forward_solution_never_excites(adjoint):
+    """y' = -diag(1, 1000) y from y0 = (1, 0): the fast mode stays exactly 0, so the
+    forward steps are sized by the slow mode alone (h * 1000 in the hundreds, far past
+    Tsit5's stability limit), while every output's cotangent excites the adjoint's fast
+    mode. Those steps are split as often as the stiffness estimate asks."""
+    a, y0 = -np.diag([1.0, 1000.0]), np.array([1.0, 0.0])
+    got = linear_gradient(a, y0, adjoint)
+    assert relative_error(got, closed_form_gradient(a, y0)) <= 1e-5
+
+
+@pytest.mark.parametrize("solver", [oc.Rodas5P(), oc.Kvaerno5()], ids=["rodas5p", "kvaerno5"])
+def test_explicit_adjoint_after_an_implicit_forward_solve(solver):
+    """A stiff forced decay y' = -k (y - a sin t), k = 1000, solved implicitly: the
+    forward steps are hundreds of times Tsit5's stability limit, and the adjoint steps
+    with Tsit5 on that grid."""
+    ts = jnp.asarray([0.5, 1.0, 2.0, 3.0])
+
+    def loss(p, exact=False):
+        k, amp = p
+        if exact:
+            decay = jnp.exp(-k * ts)
+            forced = amp * k / (k**2 + 1) * (k * jnp.sin(ts) - jnp.cos(ts) + decay)
+            return jnp.sum(decay + forced)
+        sol = oc.diffeqsolve(
+            lambda t, y, p: -p[0] * (y - p[1] * jnp.sin(t)), solver, 0.0, 3.0, None,
+            jnp.asarray(1.0), p, saveat=oc.SaveAt(ts=ts),
+            stepsize_controller=oc.PIDController(rtol=1e-8, atol=1e-8),
+            adjoint=oc.InterpolatingAdjoint(solver=oc.Tsit5()), max_steps=4096,
+        )  # fmt: skip
+        return jnp.sum(sol.ys)
+
+    p = (jnp.asarray(1000.0), jnp.asarray(1.0))
+    got, want = jax.grad(loss)(p), jax.grad(loss)(p, exact=True)
+    assert relative_error(got, want) <= 1e-5
+
+
+@pytest.mark.parametrize("adjoint", ADJOINTS.values(), ids=ADJOINTS.keys())
+def test_nonfinite_adjoint_is_reported_not_returned(adjoint):
+    """d/dk of sqrt(k) at k = 0 is inf: the adjoint's gradient is not finite."""
+
+    def loss(k, throw):
+        sol = oc.diffeqsolve(
+            lambda t, y, k: -jnp.sqrt(k) * y, oc.Tsit5(), 0.0, 1.0, 0.1, jnp.asarray([1.0]),
+            k, adjoint=adjoint, throw=throw,
+        )  # fmt: skip
+        return jnp.sum(sol.ys)
+
+    with pytest.raises(eqx.EquinoxRuntimeError, match="adjoint ODE's solution became non-finite"):
+        jax.block_until_ready(jax.grad(loss)(jnp.asarray(0.0), True))
+    assert np.isnan(jax.grad(loss)(jnp.asarray(0.0), False))
+
+
 def test_replayed_checkpoints_give_the_stored_gradient():
     """Checkpoints change cost, never values: re-solving between them reproduces y."""
     a, y0 = oscillator(damping=1.0)
