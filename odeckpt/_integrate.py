@@ -164,7 +164,7 @@ class Integrator(eqx.Module):
         controller = problem.controller
         dt = controller.first_step(self.solver, problem.term, t0, y0, dt0, problem.args)
         dt = jax.lax.stop_gradient(dt).astype(t0.dtype)
-        first = Decision(jnp.asarray(True), dt, _initial_state(t0.dtype), RESULTS.successful)
+        first = Decision(jnp.asarray(True), dt, _initial_state(t0.dtype), jnp.asarray(0))
         t_next = jnp.minimum(controller.next_time(t0, first).astype(t0.dtype), problem.t1)
         stretch = stretched_to_end(t0, t_next, problem.t1, problem.t1_floor)
         t_next = jnp.where(stretch, problem.t1, t_next)

@@ -166,7 +166,7 @@ def _internal_controller(controller, tau0, tau1, dt0, sign):
     `StepTo`'s times flip; `ConstantStepSize` becomes its grid of equal steps."""
     if isinstance(controller, ConstantStepSize):
         span = lax.stop_gradient((tau0, tau1))
-        return _UniformSteps(tau0, tau1, uniform_steps(*span, lax.stop_gradient(dt0)))
+        return _UniformSteps(tau0, tau1, jnp.asarray(uniform_steps(*span, lax.stop_gradient(dt0))))
     if not isinstance(controller, StepTo):
         return controller
     return StepTo(jnp.asarray(controller.ts, tau0.dtype) * sign)

@@ -48,7 +48,7 @@ def floating_state(y0):
 def check_times(t0, t1, dt0):
     """`t0`, `t1` and `dt0` must be real scalars."""
     for name, value in (("t0", t0), ("t1", t1), ("dt0", dt0)):
-        if value is None and name == "dt0":
+        if value is None:  # only dt0 may be None (checked by `check_inputs`)
             continue
         shape = jnp.shape(value)
         if shape != ():
