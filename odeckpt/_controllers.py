@@ -116,18 +116,10 @@ class ConstantStepSize(AbstractStepSizeController):
     at `t0 + (t1 - t0) k / n` (so no step is longer than `dt0`, and rounding does not
     accumulate over the steps). diffrax 0.7 places its steps after the first at the
     same times; its first step is `dt0` long, so where `dt0` does not divide `t1 - t0`
-    its first two steps differ from these."""
+    its first two steps differ from these.
 
-    def first_step(self, solver, term, t0, y0, dt0, args):
-        if dt0 is None:
-            raise ValueError(
-                "`ConstantStepSize()` needs a step size: pass `dt0=...` to "
-                "`diffeqsolve`, or use `PIDController(rtol, atol)` with `dt0=None`."
-            )
-        return jnp.asarray(dt0)
-
-    def decide(self, t0, dt, y0, y1, y_error, error_order, state):
-        return Decision(jnp.asarray(True), sg(dt), state, jnp.asarray(RESULTS.successful))
+    The solve runs it as `_UniformSteps`, built from t0, t1 and dt0 (`diffeqsolve`
+    requires `dt0` with it)."""
 
     def expected_steps(self, t0, t1, t1_floor, dt0) -> int | None:
         """Counted by repeating the loop's time arithmetic (`_UniformSteps`, and

@@ -161,19 +161,16 @@ class Integrator(eqx.Module):
 
     def init(self, problem: Problem, t0, y0: Y, dt0) -> State:
         k0 = self.solver.init(problem.term, t0, y0, problem.args)
-        controller = problem.controller
-        dt = controller.first_step(self.solver, problem.term, t0, y0, dt0, problem.args)
-        dt = jax.lax.stop_gradient(dt).astype(t0.dtype)
-        first = Decision(jnp.asarray(True), dt, _initial_state(t0.dtype), jnp.asarray(0))
-        t_next = jnp.minimum(controller.next_time(t0, first).astype(t0.dtype), problem.t1)
-        stretch = stretched_to_end(t0, t_next, problem.t1, problem.t1_floor)
-        t_next = jnp.where(stretch, problem.t1, t_next)
+        dt = problem.controller.first_step(self.solver, problem.term, t0, y0, dt0, problem.args)
+        dt, memory = jax.lax.stop_gradient(dt).astype(t0.dtype), _initial_state(t0.dtype)
+        first = Decision(jnp.asarray(True), dt, memory, jnp.asarray(0))
+        t_next = self._next_time(problem, t0, first, jnp.asarray(True))
         zero = jnp.asarray(0, jnp.int32)
         save_index = zero
         if problem.ts is not None:
             save_index = _count_at_or_before(problem.ts, t0)
         return State(
-            t=t0, t_next=t_next, y=y0, solver_state=k0, controller=_initial_state(t0.dtype),
+            t=t0, t_next=t_next, y=y0, solver_state=k0, controller=memory,
             counts=_counts(zero, zero, save_index, RESULTS.successful),
         )  # fmt: skip
 

@@ -259,9 +259,11 @@ def _checkpoints_used(adjoint, y0):
 
 
 def _state0(y0):
+    from odeckpt._controllers import _UniformSteps
     from odeckpt._integrate import Integrator, Problem
 
-    problem = Problem(oc.ODETerm(lambda t, y, a: -y), None, oc.ConstantStepSize(),
+    steps = _UniformSteps(jnp.asarray(0.0), jnp.asarray(1.0), jnp.asarray(10))  # dt0 = 0.1
+    problem = Problem(oc.ODETerm(lambda t, y, a: -y), None, steps,
                       jnp.asarray(1.0), jnp.asarray(1.0), None)  # fmt: skip
     return Integrator(oc.Tsit5(), 4096, False, False, False, 0).init(
         problem, jnp.asarray(0.0), y0, jnp.asarray(0.1)
