@@ -41,13 +41,15 @@ def params():
 def checkpoint_scalar_bytes(y0, args) -> int | None:
     """Bytes of odeckpt's `Checkpoint` record besides y (its scalars), or None."""
     try:
+        from odeckpt._controllers import _UniformSteps
         from odeckpt._integrate import Integrator, Problem
 
         def record(y0, args):
             integrator = Integrator(oc.Tsit5(), 8, False, False, False, 0)
-            t1 = jnp.asarray(8.0)
-            problem = Problem(oc.ODETerm(coupled_decay), args, oc.ConstantStepSize(), t1, t1, None)
-            state = integrator.init(problem, jnp.asarray(0.0), y0, jnp.asarray(1.0))
+            t0, t1 = jnp.asarray(0.0), jnp.asarray(8.0)
+            steps = _UniformSteps(t0, t1, jnp.asarray(8))  # ConstantStepSize(), dt0 = 1
+            problem = Problem(oc.ODETerm(coupled_decay), args, steps, t1, t1, None)
+            state = integrator.init(problem, t0, y0, jnp.asarray(1.0))
             return integrator.compress(state)
 
         shapes = jax.eval_shape(record, y0, args)
