@@ -41,8 +41,8 @@ def params():
 def checkpoint_scalar_bytes(y0, args) -> int | None:
     """Bytes of odeckpt's `Checkpoint` record besides y (its scalars), or None."""
     try:
-        from odeckpt._controllers import _UniformSteps
-        from odeckpt._integrate import Integrator, Problem
+        from odeckpt._controllers.controllers import _UniformSteps
+        from odeckpt._integrator.integrator import Integrator, Problem
 
         def record(y0, args):
             integrator = Integrator(oc.Tsit5(), 8, False, False, False, 0)

@@ -1,34 +1,34 @@
 """odeckpt: ODE solves in JAX, differentiated with optimal checkpointing."""
 
 from . import schedules as schedules
-from ._adjoints import (
+from ._adjoints.checkpoint import (
     AbstractAdjoint as AbstractAdjoint,
     CheckpointAdjoint as CheckpointAdjoint,
     ForwardMode as ForwardMode,
 )
-from ._continuous import (
+from ._adjoints.continuous.adjoints import (
     BacksolveAdjoint as BacksolveAdjoint,
     InterpolatingAdjoint as InterpolatingAdjoint,
 )
-from ._controllers import (
+from ._controllers.controllers import (
     AbstractStepSizeController as AbstractStepSizeController,
     ConstantStepSize as ConstantStepSize,
     PIDController as PIDController,
     StepTo as StepTo,
     rms_norm as rms_norm,
 )
-from ._esdirk import Kvaerno3 as Kvaerno3, Kvaerno5 as Kvaerno5
+from ._core.results import RESULTS as RESULTS
 from ._progress import (
     AbstractProgressMeter as AbstractProgressMeter,
     TextProgressMeter as TextProgressMeter,
     TqdmProgressMeter as TqdmProgressMeter,
 )
-from ._results import RESULTS as RESULTS
-from ._rosenbrock import Rodas5P as Rodas5P, Ros3P as Ros3P
 from ._saveat import SaveAt as SaveAt
 from ._solution import Solution as Solution
 from ._solve import diffeqsolve as diffeqsolve
-from ._solvers import (
+from ._solvers.esdirk import Kvaerno3 as Kvaerno3, Kvaerno5 as Kvaerno5
+from ._solvers.rosenbrock import Rodas5P as Rodas5P, Ros3P as Ros3P
+from ._solvers.runge_kutta import (
     AbstractRungeKutta as AbstractRungeKutta,
     AbstractSolver as AbstractSolver,
     Bosh3 as Bosh3,

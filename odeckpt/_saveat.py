@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._concrete import concrete
+from ._core.concrete import concrete
 
 
 class SaveAt(eqx.Module):

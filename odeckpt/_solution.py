@@ -4,8 +4,8 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from ._custom_types import Y
-from ._interpolation import DenseStep
+from ._core.custom_types import Y
+from ._solvers.dense import DenseStep
 
 
 class DenseInterpolation(eqx.Module):

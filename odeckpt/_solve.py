@@ -7,9 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ._adjoints import AbstractAdjoint, CheckpointAdjoint
-from ._continuous import AbstractContinuousAdjoint
-from ._controllers import (
+from ._adjoints.checkpoint import AbstractAdjoint, CheckpointAdjoint
+from ._adjoints.continuous.adjoints import AbstractContinuousAdjoint
+from ._controllers.controllers import (
     AbstractStepSizeController,
     ConstantStepSize,
     PIDController,
@@ -17,12 +17,12 @@ from ._controllers import (
     _UniformSteps,
     uniform_steps,
 )
-from ._integrate import Integrator, Problem
+from ._core.results import RESULTS, raise_if_failed
+from ._integrator.integrator import Integrator, Problem
 from ._progress import AbstractProgressMeter, progress_callback
-from ._results import RESULTS, raise_if_failed
 from ._saveat import SaveAt
 from ._solution import DenseInterpolation, Solution
-from ._solvers import AbstractSolver
+from ._solvers.runge_kutta import AbstractSolver
 from ._terms import ODETerm, as_term, time_reversed
 from ._validate import (
     check_inputs,

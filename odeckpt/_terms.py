@@ -6,7 +6,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from ._custom_types import Args, RealScalarLike, Y
+from ._core.custom_types import Args, RealScalarLike, Y
 
 
 class AbstractTerm(eqx.Module):

@@ -10,11 +10,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._adjoints import AbstractAdjoint
-from ._concrete import concrete
-from ._controllers import AbstractStepSizeController, ConstantStepSize, StepTo
+from ._adjoints.checkpoint import AbstractAdjoint
+from ._controllers.controllers import AbstractStepSizeController, ConstantStepSize, StepTo
+from ._core.concrete import concrete
 from ._saveat import SaveAt
-from ._solvers import AbstractSolver
+from ._solvers.runge_kutta import AbstractSolver
 
 
 def floating_state(y0):

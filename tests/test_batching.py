@@ -10,7 +10,7 @@ import pytest
 from jax import lax
 
 import odeckpt as oc
-from odeckpt._batching import any_in_batch, batch_size, batched_like, cond
+from odeckpt._core.batching import any_in_batch, batch_size, batched_like, cond
 
 
 def test_any_in_batch_is_the_identity_unbatched_and_any_under_vmap():
@@ -147,7 +147,7 @@ def test_default_checkpoints_count_the_whole_batch(monkeypatch):
     """Storing every step of 4096 is 350 KB for one 2-D solve: stored. Under
     `jax.vmap` over 256 initial values it is 87 MiB, zero-filled by every gradient:
     the default then places `useful_checkpoints(4096)` = 90 checkpoints instead."""
-    from odeckpt import _adjoints
+    from odeckpt._adjoints import checkpoint as _adjoints
 
     used = _record_returns(monkeypatch, _adjoints.CheckpointAdjoint, "num_checkpoints")
 
@@ -164,7 +164,7 @@ def test_interpolating_default_counts_the_whole_batch(monkeypatch):
     """Every step's dense polynomial of a 2-D solve with `max_steps=4096` is ~0.4 MB:
     stored. Under `jax.vmap` over 512 initial values it is ~200 MB: the default
     re-solves from checkpoints instead, with the same gradient."""
-    from odeckpt import _continuous
+    from odeckpt._adjoints.continuous import adjoints as _continuous
 
     plans = _record_returns(monkeypatch, _continuous.InterpolatingAdjoint, "tape_plan")
 

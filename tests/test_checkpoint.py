@@ -100,7 +100,7 @@ def test_time_gradients_match_finite_differences(direction, c):
 def test_replays_without_error_control_give_the_same_gradient(direction, monkeypatch):
     """Small states replay steps without the error norm (`_integrate._light_replay`);
     every derivative, the times' included, is the one of the full replay."""
-    from odeckpt import _integrate
+    from odeckpt._integrator import integrator as _integrate
 
     def loss(y0, k, t0, t1, ts):
         sol = oc.diffeqsolve(lambda t, y, a: jnp.stack([y[1], -y[0] - a * y[1] + jnp.sin(t)]),
@@ -175,7 +175,7 @@ def test_equinox_module_parameters_get_gradients():
 def test_vmapped_gradients_equal_unbatched(c, schedule, monkeypatch):
     """Batch elements take different numbers of steps: the loops run while any element
     goes on, and the finished ones must neither move nor gain gradient."""
-    from odeckpt import _loops
+    from odeckpt._checkpointing import loops as _loops
 
     if schedule == "traced":
         monkeypatch.setattr(_loops, "_TABLE_LIMIT", 0)
@@ -242,7 +242,7 @@ def test_default_checkpoints_store_every_step_for_small_states():
 def test_default_checkpoints_stop_where_more_would_not_pay():
     """Past `useful_checkpoints(max_steps)` (90 for 4096) every solve is reversed with at
     most one extra evaluation per step: a 32 KiB state gets 90, not the 4089 that fit."""
-    from odeckpt._adjoints import useful_checkpoints
+    from odeckpt._adjoints.checkpoint import useful_checkpoints
 
     assert useful_checkpoints(4096) == 90
     assert schedules.beta(89, 2) < 4096 <= schedules.beta(90, 2)
@@ -251,7 +251,7 @@ def test_default_checkpoints_stop_where_more_would_not_pay():
 
 
 def _checkpoints_used(adjoint, y0):
-    from odeckpt._integrate import Integrator
+    from odeckpt._integrator.integrator import Integrator
 
     state0 = eqx.filter_eval_shape(_state0, y0)
     integrator = Integrator(oc.Tsit5(), 4096, False, False, False, 0)
@@ -259,8 +259,8 @@ def _checkpoints_used(adjoint, y0):
 
 
 def _state0(y0):
-    from odeckpt._controllers import _UniformSteps
-    from odeckpt._integrate import Integrator, Problem
+    from odeckpt._controllers.controllers import _UniformSteps
+    from odeckpt._integrator.integrator import Integrator, Problem
 
     steps = _UniformSteps(jnp.asarray(0.0), jnp.asarray(1.0), jnp.asarray(10))  # dt0 = 0.1
     problem = Problem(oc.ODETerm(lambda t, y, a: -y), None, steps,
@@ -292,7 +292,7 @@ def test_evaluations_match_the_plan(n, c, schedule, monkeypatch):
     checkpoint restore (the first stage is recomputed). With a traced `t1` the number
     of steps is unknown (online placement, from a table or traced); with a concrete one
     and fixed steps it is known (`schedules.known_plan`)."""
-    from odeckpt import _loops
+    from odeckpt._checkpointing import loops as _loops
 
     if schedule == "traced":
         monkeypatch.setattr(_loops, "_TABLE_LIMIT", 0)
@@ -323,7 +323,7 @@ def _planned_evaluations(n, c, schedule):
 def test_small_windows_keep_the_plan_and_the_gradient(w, schedule, monkeypatch):
     """Large states get windows of fewer steps (`_loops.window_size`); the evaluations
     and the gradient must not depend on the window."""
-    from odeckpt import _loops
+    from odeckpt._checkpointing import loops as _loops
 
     n, c = (37, 37 + 3) if schedule == "all" else (37, 4)
     if schedule == "traced":
@@ -349,7 +349,7 @@ def test_small_windows_keep_the_plan_and_the_gradient(w, schedule, monkeypatch):
 
 
 def test_window_size_bounds_the_window_memory():
-    from odeckpt import _loops
+    from odeckpt._checkpointing import loops as _loops
 
     body = _loops.LoopBody(*(lambda *a: None,) * 4, compress=lambda s: s,
                            restore=None, emitters=())  # fmt: skip
@@ -376,7 +376,7 @@ def test_rejected_steps_cost_no_backward_evaluations(c, w, monkeypatch):
     and the gradient is the one of storing every step. Advances skip rejected steps
     for large states (a window `w` shorter than `_WINDOW`), and evaluate them for small
     ones."""
-    from odeckpt import _loops
+    from odeckpt._checkpointing import loops as _loops
 
     if w is not None:
         monkeypatch.setattr(_loops, "window_size", lambda *_: w)
@@ -527,7 +527,7 @@ def test_checkpoint_scalars_pack_into_short_vectors_and_back():
     """A checkpoint's scalars travel as a few vectors of at most `VECTOR_BYTES` (a
     window of them stays under XLA's inline-loop limit); unpacking gives back every
     leaf exactly, with its dtype, shape and weak type."""
-    from odeckpt._pack import VECTOR_BYTES, pack, unpack
+    from odeckpt._core.pack import VECTOR_BYTES, pack, unpack
 
     tree = {
         "t": jnp.asarray(1.25, jnp.float64),

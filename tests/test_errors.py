@@ -11,7 +11,7 @@ import pytest
 from helpers import DECAY
 
 import odeckpt as oc
-from odeckpt._results import _FailureMessages, failure_index
+from odeckpt._core.results import _FailureMessages, failure_index
 
 
 def _decay(t, y, args):

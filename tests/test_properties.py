@@ -16,7 +16,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import odeckpt as oc
-from odeckpt._results import _FailureMessages, failure_index
+from odeckpt._core.results import _FailureMessages, failure_index
 
 SETTINGS = settings(
     max_examples=15,

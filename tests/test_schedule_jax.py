@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from jax import lax
 
-from odeckpt import _schedule_jax as J, schedules as S
+from odeckpt import schedules as S
+from odeckpt._checkpointing import plan as J
 
 
 def test_revolve_split_matches_reference_vmapped():

@@ -310,7 +310,7 @@ def test_grad_through_closure_over_traced_value():
 def test_save_times_are_counted_like_a_binary_search(num_ts):
     """Few save times are counted by comparing with all of them, many by binary search;
     both must agree with `searchsorted`, repeated times and ties included."""
-    from odeckpt._integrate import _count_at_or_before
+    from odeckpt._integrator.integrator import _count_at_or_before
 
     ts = jnp.sort(jnp.round(jax.random.uniform(jax.random.key(num_ts), (num_ts,)) * 20) / 20)
     probes = jnp.concatenate([ts, ts + 1e-3, ts - 1e-3, jnp.asarray([-1.0, 2.0])])

@@ -20,8 +20,8 @@ import pytest
 import scipy.integrate
 
 import odeckpt as oc
-from odeckpt import _linalg as la, _stiff_tableaux as tab
-from odeckpt._newton import NewtonOptions, Stage, solve_stage
+from odeckpt._solvers import linalg as la, stiff_tableaux as tab
+from odeckpt._solvers.newton import NewtonOptions, Stage, solve_stage
 
 slow = pytest.mark.slow
 

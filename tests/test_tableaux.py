@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from odeckpt._tableaux import (
+from odeckpt._solvers.tableaux import (
     BOSH3,
     DOPRI5,
     DOPRI8,

@@ -18,7 +18,7 @@ from helpers import DECAY
 
 import odeckpt as oc
 import odeckpt.testing as oct
-from odeckpt import _fd
+from odeckpt.testing import _fd
 
 PLANTED = 1e-3
 DTYPES = [jnp.float32, jnp.float64]

@@ -29,10 +29,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._custom_types import Y
-from ._solution import DenseInterpolation
-from ._solvers import _combine, _weighted
-from ._tableaux import ButcherTableau
+from odeckpt._core.custom_types import Y
+from odeckpt._solution import DenseInterpolation
+from odeckpt._solvers.runge_kutta import _combine, _weighted
+from odeckpt._solvers.tableaux import ButcherTableau
 
 
 class Flow(eqx.Module):

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from . import _linalg as la
+from . import linalg as la
 
 
 class NewtonOptions(eqx.Module):

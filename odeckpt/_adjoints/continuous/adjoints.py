@@ -23,24 +23,25 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ._adjoint_ode import AdjointField
-from ._adjoints import (
+from odeckpt._adjoints.checkpoint import (
     DEFAULT_MEMORY_BUDGET,
     STORE_EVERY_STEP_BYTES,
     AbstractAdjoint,
     _nbytes,
     check_checkpoints,
 )
-from ._backward import SweepInputs, continuous_loop
-from ._batching import batch_size
-from ._controllers import AbstractStepSizeController
-from ._integrate import Integrator, Problem, State
-from ._interpolation import DenseStep
-from ._results import RESULTS
-from ._solution import DenseInterpolation
-from ._solvers import AbstractRungeKutta
-from ._sweep import Sweep, SweepContext, sweep_to
-from ._tape import Tape, TapePlan
+from odeckpt._controllers.controllers import AbstractStepSizeController
+from odeckpt._core.batching import batch_size
+from odeckpt._core.results import RESULTS
+from odeckpt._integrator.integrator import Integrator, Problem, State
+from odeckpt._solution import DenseInterpolation
+from odeckpt._solvers.dense import DenseStep
+from odeckpt._solvers.runge_kutta import AbstractRungeKutta
+
+from .adjoint_ode import AdjointField
+from .sweep import Sweep, SweepContext, sweep_to
+from .tape import Tape, TapePlan
+from .vjp import SweepInputs, continuous_loop
 
 
 class AbstractContinuousAdjoint(AbstractAdjoint):

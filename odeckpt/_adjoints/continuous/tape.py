@@ -19,9 +19,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from ._integrate import Integrator, Problem, State
-from ._interpolation import DenseStep
-from ._loops import Emitter, LoopBody, LoopOutput, forward_loop
+from odeckpt._checkpointing.loops import Emitter, LoopBody, LoopOutput, forward_loop
+from odeckpt._integrator.integrator import Integrator, Problem, State
+from odeckpt._solvers.dense import DenseStep
 
 
 class TapePlan(eqx.Module):

@@ -13,12 +13,13 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ._adjoint_ode import AdjointField, AdjointStep, Flow, Slopes, adjoint_rk_step, anchor_distance
-from ._batching import cond
-from ._controllers import AbstractStepSizeController, ControllerState
-from ._custom_types import Y
-from ._results import RESULTS
-from ._tableaux import ButcherTableau
+from odeckpt._controllers.controllers import AbstractStepSizeController, ControllerState
+from odeckpt._core.batching import cond
+from odeckpt._core.custom_types import Y
+from odeckpt._core.results import RESULTS
+from odeckpt._solvers.tableaux import ButcherTableau
+
+from .adjoint_ode import AdjointField, AdjointStep, Flow, Slopes, adjoint_rk_step, anchor_distance
 
 
 class Marks(eqx.Module):

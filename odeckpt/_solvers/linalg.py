@@ -25,8 +25,8 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 from jax.flatten_util import ravel_pytree
 
-from ._custom_types import Args, Y
-from ._terms import AbstractTerm
+from odeckpt._core.custom_types import Args, Y
+from odeckpt._terms import AbstractTerm
 
 FlatField = Callable[[jax.Array, jax.Array], jax.Array]
 """`f(t, y_flat) -> dy/dt` flattened like `y_flat`."""

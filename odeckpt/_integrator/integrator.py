@@ -12,7 +12,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import PyTree
 
-from ._controllers import (
+from odeckpt._checkpointing.loops import _WINDOW, _WINDOW_BYTES, Emitter, LoopBody
+from odeckpt._controllers.controllers import (
     AbstractStepSizeController,
     ControllerState,
     Decision,
@@ -20,13 +21,12 @@ from ._controllers import (
     _initial_state,
     stretched_to_end,
 )
-from ._custom_types import Args, Y
-from ._interpolation import DenseStep
-from ._loops import _WINDOW, _WINDOW_BYTES, Emitter, LoopBody
-from ._pack import Packed, pack, unpack
-from ._results import RESULTS
-from ._solvers import AbstractSolver
-from ._terms import AbstractTerm
+from odeckpt._core.custom_types import Args, Y
+from odeckpt._core.pack import Packed, pack, unpack
+from odeckpt._core.results import RESULTS
+from odeckpt._solvers.dense import DenseStep
+from odeckpt._solvers.runge_kutta import AbstractSolver
+from odeckpt._terms import AbstractTerm
 
 # Positions in `State.counts`.
 _ACCEPTED, _REJECTED, _SAVE_INDEX, _RESULT = range(4)

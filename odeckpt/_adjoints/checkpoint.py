@@ -4,10 +4,10 @@ import equinox as eqx
 import jax
 import numpy as np
 
-from . import schedules
-from ._batching import batch_size
-from ._integrate import Integrator, Problem, State
-from ._loops import LoopOutput, checkpointed_loop, forward_loop
+from odeckpt import schedules
+from odeckpt._checkpointing.loops import LoopOutput, checkpointed_loop, forward_loop
+from odeckpt._core.batching import batch_size
+from odeckpt._integrator.integrator import Integrator, Problem, State
 
 DEFAULT_MEMORY_BUDGET = 128 * 2**20
 """Bytes of stored states that `CheckpointAdjoint(checkpoints=None)` may use."""

@@ -29,9 +29,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from . import _linalg as la, _stiff_tableaux as tab
-from ._interpolation import hermite_coeffs
-from ._solvers import AbstractSolver, StepOutput
+from . import linalg as la, stiff_tableaux as tab
+from .dense import hermite_coeffs
+from .runge_kutta import AbstractSolver, StepOutput
 
 _JAC_MISMATCH = (
     "The Jacobian given to the solver's `jac=...` disagrees with the derivative of "

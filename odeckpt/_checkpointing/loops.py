@@ -33,8 +33,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from . import _schedule_jax as sj, schedules
-from ._batching import any_in_batch, batched_like, cond as batch_cond
+from odeckpt import schedules
+from odeckpt._core.batching import any_in_batch, batched_like, cond as batch_cond
+
+from . import plan as sj
 
 
 class Emitter(eqx.Module):

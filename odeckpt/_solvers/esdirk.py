@@ -37,11 +37,12 @@ from typing import ClassVar
 import jax
 import jax.numpy as jnp
 
-from . import _linalg as la, _stiff_tableaux as tab
-from ._interpolation import hermite_coeffs
-from ._newton import NewtonOptions, Stage, solve_stage
-from ._results import RESULTS
-from ._solvers import AbstractSolver, StepOutput
+from odeckpt._core.results import RESULTS
+
+from . import linalg as la, stiff_tableaux as tab
+from .dense import hermite_coeffs
+from .newton import NewtonOptions, Stage, solve_stage
+from .runge_kutta import AbstractSolver, StepOutput
 
 
 class AbstractESDIRK(AbstractSolver):

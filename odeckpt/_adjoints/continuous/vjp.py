@@ -15,14 +15,15 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from ._adjoint_ode import AdjointField, Flow, Slopes, stability_limit
-from ._controllers import _initial_state
-from ._integrate import Integrator, Problem, State, _all_finite
-from ._loops import LoopOutput, forward_loop
-from ._results import RESULTS
-from ._solvers import AbstractRungeKutta, AbstractSolver
-from ._sweep import Marks, Sweep, SweepContext, arrive
-from ._tape import Tape, TapePlan, taped_loop
+from odeckpt._checkpointing.loops import LoopOutput, forward_loop
+from odeckpt._controllers.controllers import _initial_state
+from odeckpt._core.results import RESULTS
+from odeckpt._integrator.integrator import Integrator, Problem, State, _all_finite
+from odeckpt._solvers.runge_kutta import AbstractRungeKutta, AbstractSolver
+
+from .adjoint_ode import AdjointField, Flow, Slopes, stability_limit
+from .sweep import Marks, Sweep, SweepContext, arrive
+from .tape import Tape, TapePlan, taped_loop
 
 DEFAULT_TOLERANCE = 1e-3
 """rtol = atol of `BacksolveAdjoint`'s anchor check when the forward solve has none."""

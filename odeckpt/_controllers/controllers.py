@@ -18,9 +18,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._concrete import concrete
-from ._custom_types import Y
-from ._results import RESULTS
+from odeckpt._core.concrete import concrete
+from odeckpt._core.custom_types import Y
+from odeckpt._core.results import RESULTS
 
 sg = jax.lax.stop_gradient
 

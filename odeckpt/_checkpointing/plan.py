@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from .schedules import KINDS, SATURATION
+from odeckpt.schedules import KINDS, SATURATION
 
 _I32 = jnp.int32
 
@@ -253,7 +253,7 @@ def beta_table(c: int, max_length: int):
     up to `max_length` with at most c snapshots. A NumPy int32 array."""
     import numpy as np
 
-    from .schedules import beta
+    from odeckpt.schedules import beta
 
     rows, r = [], 0
     while True:

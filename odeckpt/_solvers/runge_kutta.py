@@ -7,10 +7,11 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import PyTree
 
-from . import _tableaux as tab
-from ._custom_types import Args, Y
-from ._interpolation import hermite_coeffs
-from ._terms import AbstractTerm
+from odeckpt._core.custom_types import Args, Y
+from odeckpt._terms import AbstractTerm
+
+from . import tableaux as tab
+from .dense import hermite_coeffs
 
 
 class StepOutput(eqx.Module):
