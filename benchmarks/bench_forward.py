@@ -84,7 +84,7 @@ def make_diffrax(problem: Problem, solver: str) -> Callable:
 
 # Fixed steps on a large elementwise system: the 4096-point reaction-diffusion problem of
 # the gradient section, Tsit5 with ConstantStepSize (every stage read only by later
-# stages and the update: see the fusion note in `odeckpt._integrate.Integrator.step`).
+# stages and the update: see the fusion note in `odeckpt._integrator.Integrator.step`).
 FIXED_T1, FIXED_DT = 0.05, 1e-5
 
 

@@ -40,7 +40,7 @@ from _problems import PROBLEMS
 
 import odeckpt as oc
 from odeckpt import schedules
-from odeckpt._adjoints.checkpoint import useful_checkpoints
+from odeckpt._adjoints import useful_checkpoints
 
 DEFAULT = "default"  # a checkpoint count meaning "the library's default adjoint"
 LIBS = ("odeckpt", "diffrax")

@@ -1,23 +1,24 @@
 """odeckpt: ODE solves in JAX, differentiated with optimal checkpointing."""
 
 from . import schedules as schedules
-from ._adjoints.checkpoint import (
+from ._adjoints import (
     AbstractAdjoint as AbstractAdjoint,
+    BacksolveAdjoint as BacksolveAdjoint,
     CheckpointAdjoint as CheckpointAdjoint,
     ForwardMode as ForwardMode,
-)
-from ._adjoints.continuous.adjoints import (
-    BacksolveAdjoint as BacksolveAdjoint,
     InterpolatingAdjoint as InterpolatingAdjoint,
 )
-from ._controllers.controllers import (
+from ._controllers import (
+    AbstractLoopController as AbstractLoopController,
     AbstractStepSizeController as AbstractStepSizeController,
     ConstantStepSize as ConstantStepSize,
+    ControllerState as ControllerState,
+    Decision as Decision,
     PIDController as PIDController,
     StepTo as StepTo,
     rms_norm as rms_norm,
 )
-from ._core.results import RESULTS as RESULTS
+from ._core import RESULTS as RESULTS
 from ._progress import (
     AbstractProgressMeter as AbstractProgressMeter,
     TextProgressMeter as TextProgressMeter,
@@ -26,9 +27,7 @@ from ._progress import (
 from ._saveat import SaveAt as SaveAt
 from ._solution import Solution as Solution
 from ._solve import diffeqsolve as diffeqsolve
-from ._solvers.esdirk import Kvaerno3 as Kvaerno3, Kvaerno5 as Kvaerno5
-from ._solvers.rosenbrock import Rodas5P as Rodas5P, Ros3P as Ros3P
-from ._solvers.runge_kutta import (
+from ._solvers import (
     AbstractRungeKutta as AbstractRungeKutta,
     AbstractSolver as AbstractSolver,
     Bosh3 as Bosh3,
@@ -36,8 +35,12 @@ from ._solvers.runge_kutta import (
     Dopri8 as Dopri8,
     Euler as Euler,
     Heun as Heun,
+    Kvaerno3 as Kvaerno3,
+    Kvaerno5 as Kvaerno5,
     Midpoint as Midpoint,
     Ralston as Ralston,
+    Rodas5P as Rodas5P,
+    Ros3P as Ros3P,
     Tsit5 as Tsit5,
 )
 from ._terms import AbstractTerm as AbstractTerm, ODETerm as ODETerm

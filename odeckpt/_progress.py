@@ -6,6 +6,7 @@ steps with the fraction of `[t0, t1]` covered (under `jax.vmap`: the least advan
 batch element), so it works under `jax.jit`.
 """
 
+import abc
 import sys
 
 import equinox as eqx
@@ -20,9 +21,9 @@ class AbstractProgressMeter(eqx.Module):
 
     refresh_steps: int = 32
 
-    def _open(self):
+    @abc.abstractmethod
+    def _open(self) -> "_Display":
         """A fresh host-side display (called when a solve starts)."""
-        raise NotImplementedError
 
 
 class TextProgressMeter(AbstractProgressMeter):
@@ -44,21 +45,46 @@ class TqdmProgressMeter(AbstractProgressMeter):
             raise ImportError(
                 "`TqdmProgressMeter` needs tqdm: `pip install tqdm`, or use `TextProgressMeter()`."
             ) from e
-        return tqdm.tqdm(total=100, unit="%", desc="odeckpt", leave=False)
+        return _TqdmDisplay(tqdm.tqdm(total=100, unit="%", desc="odeckpt", leave=False))
 
 
-class _TextDisplay:
+class _Display(abc.ABC):
+    """The host side of a meter: shown the percentage reached, then closed."""
+
+    @abc.abstractmethod
+    def show(self, percent: float, previous: float) -> None:
+        """Show that `percent` is reached (it was `previous` at the last call)."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """The solve is done."""
+
+
+class _TextDisplay(_Display):
     def __init__(self, minimum_increase):
         self.minimum_increase = minimum_increase
         self.shown = -1.0
 
-    def update(self, n):
-        if n / 100 >= self.shown + self.minimum_increase or n >= 100:
-            self.shown = n / 100
-            print(f"odeckpt: {n:.1f}%", file=sys.stdout, flush=True)
+    def show(self, percent, previous):
+        if percent / 100 >= self.shown + self.minimum_increase or percent >= 100:
+            self.shown = percent / 100
+            print(f"odeckpt: {percent:.1f}%", file=sys.stdout, flush=True)
 
     def close(self):
         pass
+
+
+class _TqdmDisplay(_Display):
+    """A tqdm bar, which takes relative updates."""
+
+    def __init__(self, bar):
+        self.bar = bar
+
+    def show(self, percent, previous):
+        self.bar.update(percent - previous)
+
+    def close(self):
+        self.bar.close()
 
 
 class _Host:
@@ -66,7 +92,7 @@ class _Host:
 
     def __init__(self, meter: AbstractProgressMeter):
         self.meter = meter
-        self.display = None
+        self.display: _Display | None = None
         self.percent = 0.0
 
     def update(self, fraction):
@@ -75,10 +101,7 @@ class _Host:
             self.display, self.percent = self.meter._open(), 0.0
         percent = round(100 * min(max(fraction, 0.0), 1.0), 1)
         if percent > self.percent:
-            if hasattr(self.display, "n"):  # tqdm: relative updates
-                self.display.update(percent - self.percent)
-            else:
-                self.display.update(percent)
+            self.display.show(percent, self.percent)
             self.percent = percent
         if fraction >= 1.0:
             self.display.close()

@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._core.concrete import concrete
+from odeckpt._core import concrete
 
 
 class SaveAt(eqx.Module):

@@ -1,19 +1,21 @@
 """Vector-field terms."""
 
+import abc
 from collections.abc import Callable
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from ._core.custom_types import Args, RealScalarLike, Y
+from odeckpt._core import Args, RealScalarLike, Y
 
 
 class AbstractTerm(eqx.Module):
     """A term `dy/dt = vf(t, y, args)`."""
 
+    @abc.abstractmethod
     def vf(self, t: RealScalarLike, y: Y, args: Args) -> Y:
-        raise NotImplementedError
+        """The vector field at `(t, y)`: a PyTree like `y`."""
 
 
 class ODETerm(AbstractTerm):
@@ -53,4 +55,5 @@ def as_term(terms) -> AbstractTerm:
 
 
 def time_reversed(term: AbstractTerm, direction) -> AbstractTerm:
+    """`term` in the reversed time `tau = direction * t` (`direction` is +1 or -1)."""
     return _TimeReversed(term, jnp.asarray(direction))

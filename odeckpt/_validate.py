@@ -1,20 +1,29 @@
-"""Input checks with messages that say how to fix them.
+"""Every check of `diffeqsolve`'s inputs, and every message `docs/errors.md` lists for
+them (besides those raised where an object is built, e.g. `SaveAt(ts=...)`).
 
 Structural problems raise at trace time. Value problems raise at trace time too when
-the value is known then (a `ValueError`), and otherwise at run time through
-`eqx.error_if` (an `EquinoxRuntimeError`; `JaxRuntimeError` under plain `jax.jit`).
+the value is known then (a `ValueError` that quotes the values), and otherwise at run
+time through `eqx.error_if` (an `EquinoxRuntimeError`; `JaxRuntimeError` under plain
+`jax.jit`) with a short message. Each value check is one predicate `bad(xp, ...)`,
+evaluated with NumPy on concrete values and with `jax.numpy` on traced ones.
+
+The checks run in the order `diffeqsolve` calls them: `check_inputs`, `check_times`,
+`check_vector_field`, `check_values`; an input with several problems reports the first.
 """
+
+from collections.abc import Callable
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._adjoints.checkpoint import AbstractAdjoint
-from ._controllers.controllers import AbstractStepSizeController, ConstantStepSize, StepTo
-from ._core.concrete import concrete
+from odeckpt._adjoints import AbstractAdjoint
+from odeckpt._controllers import AbstractStepSizeController
+from odeckpt._core import concrete
+from odeckpt._solvers import AbstractSolver
+
 from ._saveat import SaveAt
-from ._solvers.runge_kutta import AbstractSolver
 
 
 def floating_state(y0):
@@ -45,8 +54,61 @@ def floating_state(y0):
     return jax.tree.unflatten(treedef, arrays)
 
 
-def check_times(t0, t1, dt0):
-    """`t0`, `t1` and `dt0` must be real scalars."""
+def check_inputs(solver, controller, adjoint, saveat, max_steps, dt0):
+    """The types of the solve's parts, and the options that must fit together."""
+    _check_type(solver, AbstractSolver, "solver", "e.g. `odeckpt.Tsit5()`")
+    _check_type(controller, AbstractStepSizeController, "stepsize_controller",
+                "e.g. `odeckpt.PIDController(rtol=1e-6, atol=1e-8)`")  # fmt: skip
+    _check_type(adjoint, AbstractAdjoint, "adjoint", "e.g. `odeckpt.CheckpointAdjoint()`")
+    _check_type(saveat, SaveAt, "saveat", "e.g. `odeckpt.SaveAt(t1=True)`")
+    name = type(controller).__name__
+    if controller.adaptive and solver.error_order is None:
+        raise ValueError(
+            f"`{type(solver).__name__}` has no error estimate, so it cannot be used with "
+            f"`{name}`; use `ConstantStepSize()` or a solver with an embedded method such "
+            "as `Tsit5()`."
+        )
+    if controller.needs_dt0 and dt0 is None:
+        raise ValueError(
+            "`dt0=None` needs an adaptive controller: pass `dt0=...` with "
+            f"`{name}()`, or use `PIDController(rtol, atol)`."
+        )
+    if controller.step_times is not None and dt0 is not None:
+        raise ValueError(f"`{name}(ts)` fixes the steps itself: pass `dt0=None`.")
+    integer = isinstance(max_steps, int | np.integer) and not isinstance(max_steps, bool)
+    if max_steps is not None and (not integer or max_steps < 1):
+        raise ValueError(f"`max_steps` must be a positive integer or None; got {max_steps!r}.")
+    if max_steps is None and (saveat.steps or saveat.dense):
+        which = "steps" if saveat.steps else "dense"
+        raise ValueError(
+            f"`SaveAt({which}=True)` keeps one row per step, so it needs a bound: pass an "
+            "integer `max_steps` (the buffers have that many rows)."
+        )
+    for tolerance, value in _tolerances(controller):
+        value = concrete(jnp.asarray(value))
+        if value is not None and _not_positive(np, value):
+            raise ValueError(f"`{name}({tolerance}=...)` must be positive; got {value}.")
+
+
+def _check_type(value, cls, name, example):
+    if not isinstance(value, cls):
+        raise TypeError(
+            f"`diffeqsolve({name}=...)` expects an `{cls.__name__}` ({example}); "
+            f"got {type(value).__name__}."
+        )
+
+
+def _tolerances(controller) -> tuple:
+    """`(("rtol", rtol), ("atol", atol))` for a controller with tolerances, else `()`."""
+    tolerances = controller.tolerances
+    return () if tolerances is None else tuple(zip(("rtol", "atol"), tolerances, strict=True))
+
+
+def check_times(t0, t1, dt0, ts):
+    """`t0`, `t1` and `dt0` must be real scalars. When `t0` and `t1` are concrete (and
+    so the direction), a concrete `dt0` must point that way, and the save times `ts`
+    (`None`: none) must lie in `[t0, t1]` and run that way; these messages quote the
+    values (`check_values` repeats the checks with short messages for traced values)."""
     for name, value in (("t0", t0), ("t1", t1), ("dt0", dt0)):
         if value is None:  # only dt0 may be None (checked by `check_inputs`)
             continue
@@ -59,49 +121,51 @@ def check_times(t0, t1, dt0):
         dtype = jnp.result_type(value)
         if not (jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer)):
             raise TypeError(f"`{name}` must be a real number; got dtype {dtype}.")
-
-
-def check_inputs(solver, controller, adjoint, saveat, max_steps, dt0):
-    _check_type(solver, AbstractSolver, "solver", "e.g. `odeckpt.Tsit5()`")
-    _check_type(controller, AbstractStepSizeController, "stepsize_controller",
-                "e.g. `odeckpt.PIDController(rtol=1e-6, atol=1e-8)`")  # fmt: skip
-    _check_type(adjoint, AbstractAdjoint, "adjoint", "e.g. `odeckpt.CheckpointAdjoint()`")
-    _check_type(saveat, SaveAt, "saveat", "e.g. `odeckpt.SaveAt(t1=True)`")
-    if controller.adaptive and solver.error_order is None:
+    c0, c1 = concrete(t0), concrete(t1)
+    if c0 is None or c1 is None:
+        return
+    d = None if dt0 is None else concrete(jnp.asarray(dt0))
+    if d is not None and _dt0_against_direction(np, c0, c1, d):
         raise ValueError(
-            f"`{type(solver).__name__}` has no error estimate, so it cannot be used with "
-            f"`{type(controller).__name__}`; use `ConstantStepSize()` or a solver with an "
-            "embedded method such as `Tsit5()`."
+            f"`dt0` must be nonzero with the sign of `t1 - t0`; got dt0={d} for t0={c0}, t1={c1}."
         )
-    if isinstance(controller, ConstantStepSize) and dt0 is None:
+    values = None if ts is None else concrete(ts)
+    if values is None:
+        return
+    if (i := _first(_outside(np, c0, c1, values))) is not None:
         raise ValueError(
-            "`dt0=None` needs an adaptive controller: pass `dt0=...` with "
-            "`ConstantStepSize()`, or use `PIDController(rtol, atol)`."
+            f"`SaveAt(ts=...)` must lie within [t0, t1] = [{c0}, {c1}]; got ts[{i}]={values[i]}."
         )
-    if isinstance(controller, StepTo) and dt0 is not None:
-        raise ValueError("`StepTo(ts)` fixes the steps itself: pass `dt0=None`.")
-    integer = isinstance(max_steps, int | np.integer) and not isinstance(max_steps, bool)
-    if max_steps is not None and (not integer or max_steps < 1):
-        raise ValueError(f"`max_steps` must be a positive integer or None; got {max_steps!r}.")
-    if max_steps is None and (saveat.steps or saveat.dense):
-        which = "steps" if saveat.steps else "dense"
+    if (i := _first(_backwards(np, c0, c1, values))) is not None:
         raise ValueError(
-            f"`SaveAt({which}=True)` keeps one row per step, so it needs a bound: pass an "
-            "integer `max_steps` (the buffers have that many rows)."
+            "`SaveAt(ts=...)` must run from t0 towards t1; got "
+            f"ts[{i + 1}]={values[i + 1]} after ts[{i}]={values[i]}."
         )
-    if hasattr(controller, "rtol"):
-        for name in ("rtol", "atol"):
-            value = concrete(jnp.asarray(getattr(controller, name)))
-            if value is not None and not np.all(value > 0):
-                raise ValueError(f"`PIDController({name}=...)` must be positive; got {value}.")
 
 
-def _check_type(value, cls, name, example):
-    if not isinstance(value, cls):
-        raise TypeError(
-            f"`diffeqsolve({name}=...)` expects an `{cls.__name__}` ({example}); "
-            f"got {type(value).__name__}."
+def _check_step_times(controller, t0, t1) -> None:
+    """A controller's own step times (`StepTo(ts)`), when they and t0, t1 are concrete:
+    from t0 to t1, strictly monotone."""
+    name = type(controller).__name__
+    values, c0, c1 = concrete(controller.step_times), concrete(t0), concrete(t1)
+    if values is None or c0 is None or c1 is None:
+        return
+    if _not_from_t0_to_t1(np, c0, c1, values):
+        raise ValueError(
+            f"`{name}(ts=...)` must start at t0 and end at t1; got "
+            f"ts[0]={values[0]}, ts[-1]={values[-1]} for t0={c0}, t1={c1}."
         )
+    if (i := _first(_not_forwards(np, c0, c1, values))) is not None:
+        raise ValueError(
+            f"`{name}(ts=...)` must be strictly monotone from t0 to t1; got "
+            f"ts[{i + 1}]={values[i + 1]} after ts[{i}]={values[i]}."
+        )
+
+
+def _first(mask) -> int | None:
+    """The index of the first true element of `mask`, or None."""
+    where = np.nonzero(mask)[0]
+    return int(where[0]) if where.size else None
 
 
 def check_vector_field(term, t0, y0, args) -> None:
@@ -138,19 +202,23 @@ def check_vector_field(term, t0, y0, args) -> None:
 def check_values(y0, args, t0, t1, dt0, ts, controller, throw: bool):
     """`(y0, invalid)`: the value checks of every input.
 
-    Each check runs now when its inputs are concrete (raising `ValueError`), else at run
-    time. There, with `throw`, one `eqx.branched_error_if` threaded onto `y0` raises the
-    message of the first failed check (and `invalid` is None); without, `invalid` is
-    whether any check failed (None when nothing is checked at run time), for the solve
-    to report as `RESULTS.invalid_input`."""
+    First the controller's own step times when concrete (with the values in the
+    message). Then each check runs now when its inputs are concrete (raising
+    `ValueError`), else at run time. There, with `throw`, one `eqx.branched_error_if`
+    threaded onto `y0` raises the message of the first failed check (and `invalid` is
+    None); without, `invalid` is whether any check failed (None when nothing is checked
+    at run time), for the solve to report as `RESULTS.invalid_input`."""
+    if controller.step_times is not None:
+        _check_step_times(controller, t0, t1)
     pending = []
-    for inputs, bad, message in _value_checks(y0, args, t0, t1, dt0, ts, controller):
-        values = [concrete(x) for x in inputs]
+    for check in _value_checks(y0, args, t0, t1, dt0, ts, controller):
+        values = [concrete(x) for x in check.inputs]
         if all(v is not None for v in values):
-            if bad(np, *values):
-                raise ValueError(message)
+            if check.bad(np, *values):
+                raise ValueError(check.message)
         else:
-            pending.append((bad(jnp, *[jnp.asarray(x) for x in inputs]), message))
+            failed = check.bad(jnp, *[jnp.asarray(x) for x in check.inputs])
+            pending.append((failed, check.message))
     if not pending:
         return y0, None
     failed = jnp.stack([jnp.asarray(p) for p, _ in pending])
@@ -160,57 +228,93 @@ def check_values(y0, args, t0, t1, dt0, ts, controller, throw: bool):
     return eqx.branched_error_if(y0, jnp.any(failed), jnp.argmax(failed), messages), None
 
 
-def _nonfinite(xp, x):
-    return ~xp.all(xp.isfinite(x))
+class _ValueCheck(eqx.Module):
+    """One value check: `bad(xp, *inputs)` says whether the inputs fail it."""
+
+    inputs: tuple
+    bad: Callable
+    message: str
 
 
 def _value_checks(y0, args, t0, t1, dt0, ts, controller):
-    """`(inputs, bad(xp, *inputs), message)` for each value check."""
+    """Each value check, in the order their failures are reported."""
     for path, leaf in jax.tree_util.tree_flatten_with_path(y0)[0]:
         name = jax.tree_util.keystr(path) or "y0"
         message = f"`y0` has NaN or inf values in leaf {name}; pass a finite `y0`."
-        yield (leaf,), _nonfinite, message
+        yield _ValueCheck((leaf,), _nonfinite, message)
     for path, leaf in jax.tree_util.tree_flatten_with_path(args)[0]:
         if isinstance(leaf, float) or eqx.is_inexact_array(leaf):
             name = jax.tree_util.keystr(path) or "args"
             message = f"`args` has NaN or inf values in leaf {name}; pass finite `args`."
-            yield (leaf,), _nonfinite, message
-    yield (t0,), _nonfinite, "`t0` must be finite."
-    yield (t1,), _nonfinite, "`t1` must be finite."
+            yield _ValueCheck((leaf,), _nonfinite, message)
+    yield _ValueCheck((t0,), _nonfinite, "`t0` must be finite.")
+    yield _ValueCheck((t1,), _nonfinite, "`t1` must be finite.")
     if dt0 is not None:
         message = "`dt0` must be finite and nonzero with the sign of `t1 - t0`."
-        yield (t0, t1, dt0), _bad_dt0, message
+        yield _ValueCheck((t0, t1, dt0), _bad_dt0, message)
     if ts is not None:
-        yield (t0, t1, ts), _ts_outside, "`SaveAt(ts=...)` must lie within [t0, t1]."
-        yield (t0, t1, ts), _ts_backwards, "`SaveAt(ts=...)` must run from t0 towards t1."
-    if isinstance(controller, StepTo):
-        steps = (t0, t1, controller.ts)
-        yield steps, _step_to_ends, "`StepTo(ts=...)` must start at t0 and end at t1."
-        yield steps, _step_to_backwards, "`StepTo(ts=...)` must be strictly monotone from t0 to t1."
-    for name in ("rtol", "atol") if hasattr(controller, "rtol") else ():
-        value = getattr(controller, name)
-        yield (value,), _not_positive, f"`PIDController({name}=...)` must be positive."
+        message = "`SaveAt(ts=...)` must lie within [t0, t1]."
+        yield _ValueCheck((t0, t1, ts), _any(_outside), message)
+        message = "`SaveAt(ts=...)` must run from t0 towards t1."
+        yield _ValueCheck((t0, t1, ts), _any(_backwards), message)
+    name = type(controller).__name__
+    if controller.step_times is not None:
+        steps = (t0, t1, controller.step_times)
+        message = f"`{name}(ts=...)` must start at t0 and end at t1."
+        yield _ValueCheck(steps, _not_from_t0_to_t1, message)
+        message = f"`{name}(ts=...)` must be strictly monotone from t0 to t1."
+        yield _ValueCheck(steps, _any(_not_forwards), message)
+    for tolerance, value in _tolerances(controller):
+        message = f"`{name}({tolerance}=...)` must be positive."
+        yield _ValueCheck((value,), _not_positive, message)
+
+
+# The predicates, for NumPy (concrete values) and jax.numpy (traced ones) alike. The
+# direction is `t1 >= t0` and the interval `[min(t0, t1), max(t0, t1)]` as Python's
+# `min`/`max` read them, also where t0 or t1 is NaN (at run time `t0`/`t1` must be
+# finite is then reported first).
+
+
+def _any(mask: Callable) -> Callable:
+    """The predicate "any element of `mask(xp, ...)` is true"."""
+    return lambda xp, *values: xp.any(mask(xp, *values))
+
+
+def _nonfinite(xp, x):
+    return ~xp.all(xp.isfinite(x))
+
+
+def _direction(xp, t0, t1):
+    """+1 from t0 up to t1, else -1."""
+    return xp.where(t1 >= t0, 1, -1)
+
+
+def _dt0_against_direction(xp, t0, t1, dt0):
+    return (dt0 == 0) | ((t1 != t0) & (xp.sign(dt0) != _direction(xp, t0, t1)))
 
 
 def _bad_dt0(xp, t0, t1, dt0):
-    wrong_sign = (t1 != t0) & (xp.sign(dt0) != xp.sign(t1 - t0))
-    return (dt0 == 0) | wrong_sign | ~xp.isfinite(dt0)
+    return _dt0_against_direction(xp, t0, t1, dt0) | ~xp.isfinite(dt0)
 
 
-def _step_to_ends(xp, t0, t1, ts):
+def _outside(xp, t0, t1, ts):
+    """Per time: outside `[min(t0, t1), max(t0, t1)]`."""
+    lo, hi = xp.where(t1 < t0, t1, t0), xp.where(t1 > t0, t1, t0)
+    return (ts < lo) | (ts > hi)
+
+
+def _backwards(xp, t0, t1, ts):
+    """Per step between save times: against the direction of integration."""
+    return xp.diff(ts) * _direction(xp, t0, t1) < 0
+
+
+def _not_from_t0_to_t1(xp, t0, t1, ts):
     return (ts[0] != t0) | (ts[-1] != t1)
 
 
-def _step_to_backwards(xp, t0, t1, ts):
-    return xp.any(xp.where(t1 >= t0, 1, -1) * xp.diff(ts) <= 0)
-
-
-def _ts_outside(xp, t0, t1, ts):
-    return xp.any((ts < xp.minimum(t0, t1)) | (ts > xp.maximum(t0, t1)))
-
-
-def _ts_backwards(xp, t0, t1, ts):
-    return xp.any(xp.diff(ts) * xp.where(t1 >= t0, 1, -1) < 0)
+def _not_forwards(xp, t0, t1, ts):
+    """Per step between step times: not strictly in the direction of integration."""
+    return _direction(xp, t0, t1) * xp.diff(ts) <= 0
 
 
 def _not_positive(xp, x):

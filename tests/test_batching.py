@@ -10,7 +10,7 @@ import pytest
 from jax import lax
 
 import odeckpt as oc
-from odeckpt._core.batching import any_in_batch, batch_size, batched_like, cond
+from odeckpt._core.batching import any_in_batch, batch_cond as cond, batch_size, batched_like
 
 
 def test_any_in_batch_is_the_identity_unbatched_and_any_under_vmap():
@@ -164,7 +164,7 @@ def test_interpolating_default_counts_the_whole_batch(monkeypatch):
     """Every step's dense polynomial of a 2-D solve with `max_steps=4096` is ~0.4 MB:
     stored. Under `jax.vmap` over 512 initial values it is ~200 MB: the default
     re-solves from checkpoints instead, with the same gradient."""
-    from odeckpt._adjoints.continuous import adjoints as _continuous
+    from odeckpt._adjoints.continuous import interpolating as _continuous
 
     plans = _record_returns(monkeypatch, _continuous.InterpolatingAdjoint, "tape_plan")
 

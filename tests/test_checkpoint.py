@@ -175,10 +175,10 @@ def test_equinox_module_parameters_get_gradients():
 def test_vmapped_gradients_equal_unbatched(c, schedule, monkeypatch):
     """Batch elements take different numbers of steps: the loops run while any element
     goes on, and the finished ones must neither move nor gain gradient."""
-    from odeckpt._checkpointing import loops as _loops
+    from odeckpt._checkpointing import checkpointed as _checkpointed
 
     if schedule == "traced":
-        monkeypatch.setattr(_loops, "_TABLE_LIMIT", 0)
+        monkeypatch.setattr(_checkpointed, "_TABLE_LIMIT", 0)
     y0s = jnp.array([[1.0, 0.5], [2.0, 1.0], [0.5, 1.5], [3.0, 0.2]])
     args = jnp.array([1.5, 1.0, 3.0, 1.0])
     grad = _loss(oc.CheckpointAdjoint(c), SAVEATS["ts+t1"], _lotka_volterra, args)
@@ -242,7 +242,7 @@ def test_default_checkpoints_store_every_step_for_small_states():
 def test_default_checkpoints_stop_where_more_would_not_pay():
     """Past `useful_checkpoints(max_steps)` (90 for 4096) every solve is reversed with at
     most one extra evaluation per step: a 32 KiB state gets 90, not the 4089 that fit."""
-    from odeckpt._adjoints.checkpoint import useful_checkpoints
+    from odeckpt._adjoints import useful_checkpoints
 
     assert useful_checkpoints(4096) == 90
     assert schedules.beta(89, 2) < 4096 <= schedules.beta(90, 2)
@@ -251,23 +251,25 @@ def test_default_checkpoints_stop_where_more_would_not_pay():
 
 
 def _checkpoints_used(adjoint, y0):
-    from odeckpt._integrator.integrator import Integrator
+    from odeckpt._integrator import Integrator
 
     state0 = eqx.filter_eval_shape(_state0, y0)
-    integrator = Integrator(oc.Tsit5(), 4096, False, False, False, 0)
+    integrator = Integrator(
+        oc.Tsit5(), max_steps=4096, save_ts=False, save_steps=False, save_dense=False, num_ts=0
+    )
     return adjoint.num_checkpoints(integrator, state0, 4096)
 
 
 def _state0(y0):
-    from odeckpt._controllers.controllers import _UniformSteps
-    from odeckpt._integrator.integrator import Integrator, Problem
+    from odeckpt._controllers import UniformSteps
+    from odeckpt._integrator import Integrator, Problem
 
-    steps = _UniformSteps(jnp.asarray(0.0), jnp.asarray(1.0), jnp.asarray(10))  # dt0 = 0.1
+    steps = UniformSteps(jnp.asarray(0.0), jnp.asarray(1.0), jnp.asarray(10))  # dt0 = 0.1
     problem = Problem(oc.ODETerm(lambda t, y, a: -y), None, steps,
                       jnp.asarray(1.0), jnp.asarray(1.0), None)  # fmt: skip
-    return Integrator(oc.Tsit5(), 4096, False, False, False, 0).init(
-        problem, jnp.asarray(0.0), y0, jnp.asarray(0.1)
-    )
+    return Integrator(
+        oc.Tsit5(), max_steps=4096, save_ts=False, save_steps=False, save_dense=False, num_ts=0
+    ).init(problem, jnp.asarray(0.0), y0, jnp.asarray(0.1))
 
 
 def test_schedules_module_is_public():
@@ -292,10 +294,10 @@ def test_evaluations_match_the_plan(n, c, schedule, monkeypatch):
     checkpoint restore (the first stage is recomputed). With a traced `t1` the number
     of steps is unknown (online placement, from a table or traced); with a concrete one
     and fixed steps it is known (`schedules.known_plan`)."""
-    from odeckpt._checkpointing import loops as _loops
+    from odeckpt._checkpointing import checkpointed as _checkpointed
 
     if schedule == "traced":
-        monkeypatch.setattr(_loops, "_TABLE_LIMIT", 0)
+        monkeypatch.setattr(_checkpointed, "_TABLE_LIMIT", 0)
     vf, calls = _counting_field()
 
     def loss(a, t1):
@@ -321,13 +323,13 @@ def _planned_evaluations(n, c, schedule):
 @pytest.mark.parametrize("w", [2, 5])
 @pytest.mark.parametrize("schedule", ["table", "traced", "known", "all"])
 def test_small_windows_keep_the_plan_and_the_gradient(w, schedule, monkeypatch):
-    """Large states get windows of fewer steps (`_loops.window_size`); the evaluations
+    """Large states get windows of fewer steps (`window.window_size`); the evaluations
     and the gradient must not depend on the window."""
-    from odeckpt._checkpointing import loops as _loops
+    from odeckpt._checkpointing import checkpointed as _checkpointed
 
     n, c = (37, 37 + 3) if schedule == "all" else (37, 4)
     if schedule == "traced":
-        monkeypatch.setattr(_loops, "_TABLE_LIMIT", 0)
+        monkeypatch.setattr(_checkpointed, "_TABLE_LIMIT", 0)
     vf, calls = _counting_field()
 
     def loss(a, t1):
@@ -338,7 +340,7 @@ def test_small_windows_keep_the_plan_and_the_gradient(w, schedule, monkeypatch):
         return jnp.sum(sol.ys**2)
 
     reference = jax.jit(jax.grad(loss, argnums=(0, 1)))(0.5, 1.0)
-    monkeypatch.setattr(_loops, "window_size", lambda *_: w)
+    monkeypatch.setattr(_checkpointed, "window_size", lambda *_: w)
     grad = jax.jit(jax.grad(loss, argnums=(0, 1)))
     jax.block_until_ready(grad(0.5, 1.0))
     calls.clear()
@@ -349,14 +351,14 @@ def test_small_windows_keep_the_plan_and_the_gradient(w, schedule, monkeypatch):
 
 
 def test_window_size_bounds_the_window_memory():
-    from odeckpt._checkpointing import loops as _loops
+    from odeckpt._checkpointing import LoopBody, window as _window
 
-    body = _loops.LoopBody(*(lambda *a: None,) * 4, compress=lambda s: s,
+    body = LoopBody(*(lambda *a: None,) * 4, compress=lambda s: s,
                            restore=None, emitters=())  # fmt: skip
-    assert _loops.window_size(body, None, jnp.zeros(2)) == _loops._WINDOW
-    assert _loops.window_size(body, None, jnp.zeros(10_000)) == 2
-    w = _loops.window_size(body, None, jnp.zeros(1000, jnp.float32))
-    assert 2 < w < _loops._WINDOW and w * 4000 <= _loops._WINDOW_BYTES
+    assert _window.window_size(body, None, jnp.zeros(2)) == _window.WINDOW_STEPS
+    assert _window.window_size(body, None, jnp.zeros(10_000)) == 2
+    w = _window.window_size(body, None, jnp.zeros(1000, jnp.float32))
+    assert 2 < w < _window.WINDOW_STEPS and w * 4000 <= _window.WINDOW_BYTES
 
 
 def _attempts(times):
@@ -374,12 +376,12 @@ def test_rejected_steps_cost_no_backward_evaluations(c, w, monkeypatch):
     """The backward pass re-evaluates accepted steps only: 6 evaluations for each
     accepted step the plan advances or reverses, none for a rejected one, 1 per restore;
     and the gradient is the one of storing every step. Advances skip rejected steps
-    for large states (a window `w` shorter than `_WINDOW`), and evaluate them for small
+    for large states (a window `w` shorter than `WINDOW_STEPS`), and evaluate them for small
     ones."""
-    from odeckpt._checkpointing import loops as _loops
+    from odeckpt._checkpointing import checkpointed as _checkpointed
 
     if w is not None:
-        monkeypatch.setattr(_loops, "window_size", lambda *_: w)
+        monkeypatch.setattr(_checkpointed, "window_size", lambda *_: w)
     calls = []
 
     def vf(t, y, a):
@@ -470,7 +472,7 @@ def test_checkpoint_memory_is_one_state_per_checkpoint():
 )  # fmt: skip
 def test_fixed_step_counts_are_known_before_the_solve(t0, t1, dt0, expected):
     """The step count predicted at trace time equals the count the solve takes."""
-    from odeckpt._solve import _expected_steps
+    from odeckpt._controllers import expected_step_count as _expected_steps
 
     controller = oc.ConstantStepSize()
     assert _expected_steps(controller, t0, t1, dt0, jnp.float64) == expected

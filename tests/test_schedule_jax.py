@@ -27,19 +27,19 @@ def test_revolve_split_large_values():
     np.testing.assert_array_equal(got, [S.revolve_split(a, b) for a, b in cases])
 
 
-def traced_slots(n: int, c: int, kind: str):
+def traced_slots(n: int, c: int):
     @jax.jit
     def run():
         def body(state, i):
             return J.online_decide(state, i)
 
-        return lax.scan(body, J.online_init(c, kind), jnp.arange(n, dtype=jnp.int32))
+        return lax.scan(body, J.online_init(c), jnp.arange(n, dtype=jnp.int32))
 
     return run()
 
 
-def reference(n: int, c: int, kind: str):
-    state, slots = S.online_init(c, kind), []
+def reference(n: int, c: int):
+    state, slots = S.online_init(c, "greedy"), []
     for i in range(n):
         state, slot = S.online_decide(state, i)
         slots.append(slot)
@@ -50,21 +50,14 @@ def assert_same_state(traced: J.OnlineState, ref: S.OnlineState):
     np.testing.assert_array_equal(traced.positions, ref.positions)
     np.testing.assert_array_equal(traced.order, ref.order)
     assert int(traced.count) == ref.count
-    if ref.kind == "greedy":
-        assert int(traced.rho) == ref.rho
-        np.testing.assert_array_equal(traced.table, ref.table)
-    else:
-        np.testing.assert_array_equal(traced.levels, ref.levels)
+    assert int(traced.rho) == ref.rho
+    np.testing.assert_array_equal(traced.table, ref.table)
 
 
-@pytest.mark.parametrize(
-    "kind, c, n",
-    [("greedy", c, 2000) for c in (1, 2, 3, 4, 7, 12, 40)]
-    + [("wang", c, 2000) for c in (1, 2, 3, 6)],
-)
-def test_online_decide_matches_reference(kind, c, n):
-    state, slots = traced_slots(n, c, kind)
-    ref_state, ref_slots = reference(n, c, kind)
+@pytest.mark.parametrize("c, n", [(c, 2000) for c in (1, 2, 3, 4, 7, 12, 40)])
+def test_online_decide_matches_reference(c, n):
+    state, slots = traced_slots(n, c)
+    ref_state, ref_slots = reference(n, c)
     assert slots.dtype == jnp.int32
     np.testing.assert_array_equal(np.asarray(slots), ref_slots)
     assert_same_state(state, ref_state)
@@ -74,15 +67,14 @@ def to_traced(state: S.OnlineState) -> J.OnlineState:
     arr = lambda x: jnp.asarray(x, jnp.int32)  # noqa: E731
     return J.OnlineState(
         arr(state.positions), arr(state.order), arr(state.count), arr(state.rho),
-        arr(state.table), arr(state.levels), state.kind,
+        arr(state.table),
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("kind", S.KINDS)
-def test_online_decide_vmaps_over_heterogeneous_states(kind):
+def test_online_decide_vmaps_over_heterogeneous_states():
     c, stops = 6, (0, 3, 5, 6, 9, 40, 41, 77, 300)
     states, expected = [], []
-    state = S.online_init(c, kind)
+    state = S.online_init(c, "greedy")
     for i in range(max(stops) + 1):
         if i in stops:
             states.append(to_traced(state))
@@ -103,7 +95,7 @@ def test_online_decide_inside_while_loop():
 
     init = (J.online_init(c), jnp.asarray(0, jnp.int32), jnp.asarray(0, jnp.int32))
     state, _, stored = jax.jit(lambda: lax.while_loop(lambda x: x[1] < n, body, init))()
-    ref_state, ref_slots = reference(n, c, "greedy")
+    ref_state, ref_slots = reference(n, c)
     assert int(stored) == sum(slot >= 0 for slot in ref_slots)
     assert_same_state(state, ref_state)
 
@@ -111,18 +103,3 @@ def test_online_decide_inside_while_loop():
 def test_online_init_checks_arguments():
     with pytest.raises(ValueError):
         J.online_init(0)
-    with pytest.raises(ValueError):
-        J.online_init(3, "nope")
-    assert J.online_init(3, "default").kind == "greedy"
-
-
-@pytest.mark.parametrize(("c", "max_length"), [(11, 299), (4, 3000), (40, 1500)])
-def test_table_split_equals_the_reference(c, max_length):
-    table = jnp.asarray(J.beta_table(c, max_length))
-    lengths = np.arange(2, max_length + 1)
-    for s in sorted({2, 3, c}):
-        got = jax.jit(jax.vmap(lambda n, s=s: J.revolve_split_from_table(n, s, table)))(
-            jnp.asarray(lengths)
-        )
-        expected = [S.revolve_split(int(n), s) for n in lengths]
-        np.testing.assert_array_equal(np.asarray(got), expected)

@@ -12,15 +12,17 @@ from hypothesis import given, settings, strategies as st
 
 from odeckpt import schedules as S
 from odeckpt.schedules import Advance, Free, Restore, Reverse, Store
+from odeckpt.schedules._greedy import _GreedyRunner
 
 MODULE = Path(S.__file__)
 
 
 def test_module_does_not_import_jax():
-    # Load the file alone (not through the package, whose __init__ imports JAX).
+    # Load the package alone (not through odeckpt, whose __init__ imports JAX).
     code = (
         "import importlib.util, sys\n"
-        f"spec = importlib.util.spec_from_file_location('schedules', {str(MODULE)!r})\n"
+        f"spec = importlib.util.spec_from_file_location('schedules', {str(MODULE)!r},\n"
+        f"    submodule_search_locations=[{str(MODULE.parent)!r}])\n"
         "mod = importlib.util.module_from_spec(spec)\n"
         "sys.modules['schedules'] = mod\n"
         "spec.loader.exec_module(mod)\n"
@@ -175,6 +177,18 @@ def test_online_decide_basic_contract(kind, c):
         assert S.online_positions(n, c, kind) == survivors(slots[:n])
 
 
+@pytest.mark.parametrize("c", [1, 2, 3, 5, 9, 16, 33])
+def test_incremental_greedy_runner_decides_as_the_reference(c):
+    # The runner behind online_slots is a fast path of the greedy rule: decision for
+    # decision, and state for state, it is the reference `online_decide`.
+    runner, state = _GreedyRunner(c), S.online_init(c, "greedy")
+    for i in range(3000):
+        state, slot = S.online_decide(state, i)
+        assert runner.decide(i) == slot, (i, c)
+        assert runner.state == state, (i, c)
+    assert S.online_slots(3000, c) == tuple(reference_slots(3000, c, "greedy"))
+
+
 def test_incremental_greedy_matches_reference_longer():
     for c in (2, 5, 9, 16, 33):
         slots = reference_slots(2500, c, "greedy")
@@ -224,7 +238,7 @@ def test_online_single_slot_is_degenerate():
 def scan_totals(n_max: int, c: int, at=None):
     """(n, online total) for n = 1..n_max (or n in `at`) from one forward simulation."""
     held: dict[int, int] = {}
-    for i, slot in enumerate(S._forward_slots(n_max, c, "greedy")):
+    for i, slot in enumerate(S.online_slots(n_max, c, "greedy")):
         if slot >= 0:
             held[slot] = i
         if at is not None and i + 1 not in at:

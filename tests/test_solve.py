@@ -310,11 +310,11 @@ def test_grad_through_closure_over_traced_value():
 def test_save_times_are_counted_like_a_binary_search(num_ts):
     """Few save times are counted by comparing with all of them, many by binary search;
     both must agree with `searchsorted`, repeated times and ties included."""
-    from odeckpt._integrator.integrator import _count_at_or_before
+    from odeckpt._integrator import count_at_or_before
 
     ts = jnp.sort(jnp.round(jax.random.uniform(jax.random.key(num_ts), (num_ts,)) * 20) / 20)
     probes = jnp.concatenate([ts, ts + 1e-3, ts - 1e-3, jnp.asarray([-1.0, 2.0])])
-    got = jax.vmap(lambda t: _count_at_or_before(ts, t))(probes)
+    got = jax.vmap(lambda t: count_at_or_before(ts, t))(probes)
     want = jnp.searchsorted(ts, probes, side="right")
     np.testing.assert_array_equal(got, want)
 

@@ -15,18 +15,22 @@ from helpers import (
 )
 
 import odeckpt as oc
+from odeckpt._solvers import EXPLICIT, STIFF
 
-# `(solver, order)`; the order of a Runge–Kutta step, hard-coded here (not read from
-# the tableau) so that a wrong tableau cannot hide behind its own metadata.
+# The registered explicit solvers, by class name.
+SOLVERS = {solver.__name__: solver for solver in EXPLICIT}
+
+# The order of a Runge–Kutta step, hard-coded here (not read from the tableau) so that
+# a wrong tableau cannot hide behind its own metadata.
 ORDERS = {
-    "Euler": (oc.Euler, 1),
-    "Heun": (oc.Heun, 2),
-    "Midpoint": (oc.Midpoint, 2),
-    "Ralston": (oc.Ralston, 2),
-    "Bosh3": (oc.Bosh3, 3),
-    "Tsit5": (oc.Tsit5, 5),
-    "Dopri5": (oc.Dopri5, 5),
-    "Dopri8": (oc.Dopri8, 8),
+    "Euler": 1,
+    "Heun": 2,
+    "Midpoint": 2,
+    "Ralston": 2,
+    "Bosh3": 3,
+    "Tsit5": 5,
+    "Dopri5": 5,
+    "Dopri8": 8,
 }
 
 # Vector-field evaluations per step: stages, less one for first-same-as-last methods.
@@ -90,7 +94,7 @@ CONVERGENCE_CASES = [
     "name, problem, num_steps", CONVERGENCE_CASES, ids=[c[0] for c in CONVERGENCE_CASES]
 )
 def test_convergence_order(name, problem, num_steps):
-    solver, order = ORDERS[name]
+    solver, order = SOLVERS[name], ORDERS[name]
     ys = _solve_each(problem, solver(), num_steps, oc.SaveAt(t1=True), lambda sol: sol.ys[-1])
     errors = np.abs(ys - reference(problem, [problem.t1])).max(axis=-1)
     assert np.all(errors > 1e-12), errors  # the range is above round-off
@@ -124,7 +128,7 @@ def test_dense_output_convergence(name, dense_order, num_steps):
     span = problem.t1 - problem.t0
     # Query points that fall at varying positions inside the steps of every solve.
     tq = problem.t0 + span * (jnp.arange(1, 60) + 0.37) / 61
-    solver = ORDERS[name][0]()
+    solver = SOLVERS[name]()
     ys = _solve_each(problem, solver, num_steps, oc.SaveAt(dense=True), lambda s: s.evaluate(tq))
     errors = np.abs(ys - reference(problem, tq)).max(axis=(-1, -2))
     assert np.all(errors > 1e-12), errors
@@ -137,7 +141,7 @@ def test_saveat_ts_matches_dense_and_closed_form(name):
     problem = HARMONIC
     ts = jnp.linspace(problem.t0, problem.t1, 23)[1:-1] + 0.013
     sol = oc.diffeqsolve(
-        problem.vector_field, ORDERS[name][0](), problem.t0, problem.t1, 0.1,
+        problem.vector_field, SOLVERS[name](), problem.t0, problem.t1, 0.1,
         jnp.asarray(problem.y0), problem.args,
         saveat=oc.SaveAt(ts=ts, dense=True),
         stepsize_controller=oc.PIDController(rtol=1e-8, atol=1e-8),
@@ -177,7 +181,7 @@ def _solve_counted(name, dt0, controller):
     @jax.jit
     def solve(y0):
         return oc.diffeqsolve(
-            vector_field, ORDERS[name][0](), problem.t0, problem.t1, dt0, y0,
+            vector_field, SOLVERS[name](), problem.t0, problem.t1, dt0, y0,
             stepsize_controller=controller,
         )  # fmt: skip
 
@@ -218,3 +222,9 @@ def test_vector_field_evaluations_constant():
     assert num_steps == 14
     assert num_calls == 1 + EVALS_PER_STEP["Euler"] * 14
     assert int(sol.stats["num_vf_evals"]) == num_calls
+
+
+@pytest.mark.parametrize("solver", [*EXPLICIT, *STIFF], ids=lambda solver: solver.__name__)
+def test_registered_solvers_are_exported(solver):
+    """Each registered solver is public as `odeckpt.<Name>` (its one export line)."""
+    assert getattr(oc, solver.__name__) is solver

@@ -1,1 +1,27 @@
-"""_adjoints."""
+"""How reverse (or forward) mode goes through a solve: the adjoint methods.
+
+An adjoint chooses the loop the solve runs in (`AbstractAdjoint.loop`), and so how it
+is differentiated.
+
+- `base`: `AbstractAdjoint`, and the memory figures the sizing rules share.
+- `checkpoint`: `CheckpointAdjoint` (discretise-then-optimise through the checkpointed
+  loop) and its sizing rule.
+- `forward_mode`: `ForwardMode` (a plain loop, for `jax.jvp`).
+- `continuous/`: `BacksolveAdjoint` and `InterpolatingAdjoint` (the adjoint ODE).
+"""
+
+from .base import (
+    DEFAULT_MEMORY_BUDGET as DEFAULT_MEMORY_BUDGET,
+    STORE_EVERY_STEP_BYTES as STORE_EVERY_STEP_BYTES,
+    AbstractAdjoint as AbstractAdjoint,
+)
+from .checkpoint import (
+    CheckpointAdjoint as CheckpointAdjoint,
+    useful_checkpoints as useful_checkpoints,
+)
+from .continuous import (
+    AbstractContinuousAdjoint as AbstractContinuousAdjoint,
+    BacksolveAdjoint as BacksolveAdjoint,
+    InterpolatingAdjoint as InterpolatingAdjoint,
+)
+from .forward_mode import ForwardMode as ForwardMode

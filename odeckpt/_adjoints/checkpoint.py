@@ -1,21 +1,18 @@
-"""How reverse mode goes through a solve: the adjoint methods."""
+"""`CheckpointAdjoint`: reverse mode through the solver's own steps, and its sizing rule."""
 
-import equinox as eqx
 import jax
-import numpy as np
 
-from odeckpt import schedules
-from odeckpt._checkpointing.loops import LoopOutput, checkpointed_loop, forward_loop
-from odeckpt._core.batching import batch_size
-from odeckpt._integrator.integrator import Integrator, Problem, State
+from odeckpt._checkpointing import checkpointed_loop
+from odeckpt._core import batch_size, nbytes
+from odeckpt._integrator import Integrator, State
+from odeckpt.schedules import beta
 
-DEFAULT_MEMORY_BUDGET = 128 * 2**20
-"""Bytes of stored states that `CheckpointAdjoint(checkpoints=None)` may use."""
-
-STORE_EVERY_STEP_BYTES = 16 * 2**20
-"""Without an explicit `memory_budget`, every step is stored only when `max_steps` full
-states (for the whole batch under `jax.vmap`) take at most this many bytes: the store
-is allocated and zero-filled by every gradient, whatever the number of steps taken."""
+from .base import (
+    DEFAULT_MEMORY_BUDGET,
+    STORE_EVERY_STEP_BYTES,
+    AbstractAdjoint,
+    check_checkpoints,
+)
 
 
 def useful_checkpoints(max_steps: int) -> int:
@@ -23,35 +20,9 @@ def useful_checkpoints(max_steps: int) -> int:
     checkpoints any solve of up to `max_steps` steps is reversed with repetition number
     at most 2: about one extra evaluation per step (`schedules.beta`)."""
     c = 1
-    while schedules.beta(c, 2) < max_steps:
+    while beta(c, 2) < max_steps:
         c += 1
     return c
-
-
-def _nbytes(tree) -> int:
-    """Bytes of the array leaves (arrays or `jax.ShapeDtypeStruct`s) of `tree`."""
-    leaves = [x for x in jax.tree.leaves(tree) if hasattr(x, "shape") and hasattr(x, "dtype")]
-    return sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in leaves)
-
-
-class AbstractAdjoint(eqx.Module):
-    """Chooses the loop a solve runs in, and so how it is differentiated."""
-
-    def loop(
-        self, integrator: Integrator, problem: Problem, state0: State, max_steps: int | None
-    ) -> LoopOutput:
-        """Run the solve's loop; its reverse (or forward) mode is this adjoint's."""
-        raise NotImplementedError
-
-
-def check_checkpoints(adjoint) -> None:
-    """Raise unless `adjoint.checkpoints` is `None` or a positive integer."""
-    c = adjoint.checkpoints
-    if c is not None and (not isinstance(c, int) or c < 1):
-        raise ValueError(
-            f"`{type(adjoint).__name__}(checkpoints=...)` must be a positive integer or "
-            f"None; got {c!r}."
-        )
 
 
 class CheckpointAdjoint(AbstractAdjoint):
@@ -122,9 +93,9 @@ class CheckpointAdjoint(AbstractAdjoint):
         budget = self.memory_budget_bytes()
         batch = batch_size(state0)
         store_all = self.memory_budget or STORE_EVERY_STEP_BYTES
-        if batch * max_steps * _nbytes(state0) <= store_all:
+        if batch * max_steps * nbytes(state0) <= store_all:
             return max_steps
-        per_checkpoint = max(batch * _nbytes(jax.eval_shape(integrator.compress, state0)), 1)
+        per_checkpoint = max(batch * nbytes(jax.eval_shape(integrator.compress, state0)), 1)
         fit = min(max(budget // per_checkpoint, 2), max_steps - 1)
         return int(min(fit, max(useful_checkpoints(max_steps), 2)))
 
@@ -137,15 +108,3 @@ class CheckpointAdjoint(AbstractAdjoint):
         c = self.num_checkpoints(integrator, state0, max_steps)
         expected = problem.expected_steps
         return checkpointed_loop(integrator.body(), problem, state0, max_steps, c, expected)
-
-
-class ForwardMode(AbstractAdjoint):
-    """Forward-mode autodiff (`jax.jvp`, `jax.jacfwd`) through the solve.
-
-    The loop is a plain `lax.while_loop`, which JAX differentiates in forward mode;
-    cost per tangent is about one extra solve, memory one state. Reverse mode
-    (`jax.grad`) is not available: use `CheckpointAdjoint`.
-    """
-
-    def loop(self, integrator, problem, state0, max_steps):
-        return forward_loop(integrator.body(), problem, state0, max_steps)

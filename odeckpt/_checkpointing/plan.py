@@ -1,13 +1,22 @@
-"""Traced ports of the schedule decisions of `odeckpt.schedules` (int32, jit/vmap-safe).
+"""The traced plan: the schedule decisions of `odeckpt.schedules` as int32 JAX code.
 
-`revolve_split` and `online_init`/`online_decide` make exactly the decisions of their
-pure-Python references in `odeckpt.schedules` (see that module for the definitions, the
-execution model and the placement rules). Everything here is int32 arithmetic on
-fixed-size arrays, with `jnp.where`/`lax` control flow only, so it runs under `jax.jit`,
-`jax.vmap` and inside `lax.while_loop` bodies. Binomials saturate at
-`schedules.SATURATION`; lengths and iteration counts must stay below it. The greedy rule's
-cost differences are O(n) in magnitude (at n = 10^6 they stay below 10^7), so int32
-holds them for n up to about 10^8.
+`revolve_split` and `online_init`/`online_decide` (the greedy placement rule) make
+exactly the decisions of their plain-Python references in `odeckpt.schedules` (see that
+package for the definitions, the execution model and the rule); `tests/test_schedule_jax.py`
+checks them decision for decision. Everything here is int32 arithmetic on fixed-size
+arrays, with `jnp.where`/`lax` control flow only, so it runs under `jax.jit`, `jax.vmap`
+and inside `lax.while_loop` bodies. Binomials saturate at `schedules.SATURATION`;
+lengths and iteration counts must stay below it. The greedy rule's cost differences are
+O(n) in magnitude (at n = 10^6 they stay below 10^7), so int32 holds them for n up to
+about 10^8. Only the greedy rule is ported: the checkpointed loop selects no other
+(`schedules.online_decide` keeps the `"wang"` baseline in plain Python).
+
+References:
+    A. Griewank, A. Walther (2000), "Algorithm 799: Revolve: an implementation of
+    checkpointing for the reverse or adjoint mode of computational differentiation",
+    ACM Trans. Math. Softw. 26(1):19-45.
+    P. Stumm, A. Walther (2010), "New algorithms for optimal online checkpointing",
+    SIAM J. Sci. Comput. 32(2):836-854.
 """
 
 import equinox as eqx
@@ -15,7 +24,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from odeckpt.schedules import KINDS, SATURATION
+from odeckpt.schedules import SATURATION
 
 _I32 = jnp.int32
 
@@ -25,7 +34,8 @@ def _int(x) -> jax.Array:
 
 
 def _next_beta(prev: jax.Array, s: jax.Array, r: jax.Array) -> jax.Array:
-    """`beta(s, r)` from `prev = beta(s, r - 1)`, saturating (`schedules._next_beta`)."""
+    """`beta(s, r)` from `prev = beta(s, r - 1)`, saturating (as `schedules.revolve_split`
+    computes it)."""
     quotient, remainder = prev // r, prev % r
     saturate = quotient > (SATURATION - prev) // s
     value = jnp.minimum(prev + quotient * s + (remainder * s) // r, SATURATION)
@@ -66,16 +76,15 @@ def revolve_split(l, s) -> jax.Array:  # noqa: E741
 
 
 class OnlineState(eqx.Module):
-    """The traced online state (`odeckpt.schedules.OnlineState`, as int32 arrays).
+    """The traced state of the greedy rule (`odeckpt.schedules.OnlineState`, as int32
+    arrays).
 
     Attributes:
         positions: (c,) per slot, the stored position; -1 when empty.
         order: (c,) the slots by ascending position; -1 past `count`.
         count: () slots in use.
-        rho: () `"greedy"`: the current repetition level.
-        table: (4, c + 3) `"greedy"`: `table[k, s] = beta(s, rho - 2 + k)`, saturated.
-        levels: (c,) `"wang"`: per stack index, the checkpoint's level.
-        kind: the placement rule (static).
+        rho: () the current repetition level.
+        table: (4, c + 3) `table[k, s] = beta(s, rho - 2 + k)`, saturated.
     """
 
     positions: jax.Array
@@ -83,30 +92,24 @@ class OnlineState(eqx.Module):
     count: jax.Array
     rho: jax.Array
     table: jax.Array
-    levels: jax.Array
-    kind: str = eqx.field(static=True)
 
 
-def online_init(c: int, kind: str = "greedy") -> OnlineState:
-    """The state before the first `online_decide`.
+def online_init(c: int) -> OnlineState:
+    """The state before the first `online_decide` (`odeckpt.schedules.online_init`).
 
     Args:
         c: number of checkpoint slots (static), `c >= 1`.
-        kind: `"greedy"` (alias `"default"`) or `"wang"` (static).
 
     Returns:
         An empty `OnlineState`.
     """
     if isinstance(c, bool) or not isinstance(c, int) or c < 1:
         raise ValueError(f"c must be an int >= 1, got {c!r}")
-    kind = "greedy" if kind == "default" else kind
-    if kind not in KINDS:
-        raise ValueError(f"kind must be one of {KINDS + ('default',)}, got {kind!r}")
     s = jnp.arange(c + 3, dtype=_I32)
     table = jnp.stack([jnp.zeros_like(s), jnp.zeros_like(s), jnp.ones_like(s), s + 1])
     empty = jnp.full((c,), -1, _I32)
     zero = _int(0)
-    return OnlineState(empty, empty, zero, zero, table, jnp.zeros((c,), _I32), kind)
+    return OnlineState(empty, empty, zero, zero, table)
 
 
 def _cumsum_saturated(row: jax.Array) -> jax.Array:
@@ -124,7 +127,7 @@ def _level_up(state: OnlineState, i: jax.Array) -> OnlineState:
     )
 
 
-def _stored(state: OnlineState, i, slot, evict, level) -> OnlineState:
+def _stored(state: OnlineState, i, slot, evict) -> OnlineState:
     """Store position i in `slot`, evicted from stack index `evict` (`== count`: free)."""
     c = state.positions.shape[0]
     count = jnp.minimum(state.count + 1, c)
@@ -136,15 +139,15 @@ def _stored(state: OnlineState, i, slot, evict, level) -> OnlineState:
         return jnp.where(k < count - 1, kept, jnp.where(k == count - 1, new, pad))
 
     return eqx.tree_at(
-        lambda st: (st.positions, st.order, st.count, st.levels),
+        lambda st: (st.positions, st.order, st.count),
         state,
-        (state.positions.at[slot].set(i), reorder(state.order, slot, -1), count,
-         reorder(state.levels, level, 0)),
-    )  # fmt: skip
+        (state.positions.at[slot].set(i), reorder(state.order, slot, -1), count),
+    )
 
 
-def _keep_or_store(state: OnlineState, i, slot, evict, level) -> OnlineState:
-    stored = _stored(state, i, jnp.maximum(slot, 0), evict, level)
+def _keep_or_store(state: OnlineState, i, slot, evict) -> OnlineState:
+    """`_stored` where `slot >= 0`, else the state unchanged."""
+    stored = _stored(state, i, jnp.maximum(slot, 0), evict)
     return jax.tree.map(lambda a, b: jnp.where(slot >= 0, a, b), stored, state)
 
 
@@ -153,7 +156,7 @@ def _keep_or_store(state: OnlineState, i, slot, evict, level) -> OnlineState:
 
 
 def _excess(d: jax.Array, s: jax.Array, table: jax.Array) -> jax.Array:
-    """`V(d, s)` elementwise (`schedules._excess`)."""
+    """`V(d, s)` elementwise (the envelope excess of the reference greedy rule)."""
     t = table[:, s]
     lows = jnp.maximum(t[1] - d, 0) + jnp.maximum(t[0] - d, 0)
     return lows + jnp.maximum(d - t[2], 0) + jnp.maximum(d - t[3], 0)
@@ -193,42 +196,20 @@ def _greedy_costs(state: OnlineState, d: jax.Array):
 
 
 def _greedy_decide(state: OnlineState, i) -> tuple[OnlineState, jax.Array]:
+    """The greedy rule's decision at iteration i, every eviction costed at once."""
     c = state.positions.shape[0]
     state = _level_up(state, i)
     full = state.count >= c
     if c == 1:
         slot = jnp.where(full, -1, state.count)
-        return _keep_or_store(state, i, slot, state.count, 0), slot
+        return _keep_or_store(state, i, slot, state.count), slot
     d = _segments(state, i)
     costs, allowed = _greedy_costs(state, d)
     q = jnp.argmin(jnp.where(allowed, costs, SATURATION)).astype(_I32)
     store = allowed[q] & (costs[q] <= d[-1])
     slot = jnp.where(full, jnp.where(store, state.order[q], -1), state.count)
     evict = jnp.where(full, q, state.count)
-    return _keep_or_store(state, i, slot, evict, 0), slot
-
-
-# ----------------------------------------------------------------------------------
-# Wang, Moin & Iaccarino
-
-
-def _wang_decide(state: OnlineState, i) -> tuple[OnlineState, jax.Array]:
-    c = state.positions.shape[0]
-    full = state.count >= c
-    if c == 1:
-        slot = jnp.where(full, -1, state.count)
-        return _keep_or_store(state, i, slot, state.count, 0), slot
-    levels = state.levels
-    j = jnp.arange(c, dtype=_I32)
-    later = jnp.concatenate([lax.cummax(levels[::-1])[::-1][1:], jnp.zeros((1,), _I32)])
-    dispensable = (j >= 1) & (j <= c - 2) & (levels < later)
-    latest = jnp.max(jnp.where(dispensable, j, -1))
-    evict = jnp.where(latest >= 1, latest, c - 1)
-    level = jnp.where(latest >= 1, 0, levels[c - 1] + 1)
-    slot = jnp.where(full, state.order[evict], state.count)
-    evict = jnp.where(full, evict, state.count)
-    level = jnp.where(full, level, 0)
-    return _keep_or_store(state, i, slot, evict, level), slot
+    return _keep_or_store(state, i, slot, evict), slot
 
 
 def online_decide(state: OnlineState, i) -> tuple[OnlineState, jax.Array]:
@@ -241,47 +222,4 @@ def online_decide(state: OnlineState, i) -> tuple[OnlineState, jax.Array]:
     Returns:
         `(new_state, slot)`: the int32 slot to store state i into, or -1 for no store.
     """
-    i = _int(i)
-    if state.kind == "wang":
-        return _wang_decide(state, i)
-    return _greedy_decide(state, i)
-
-
-def beta_table(c: int, max_length: int):
-    """`table[s, r] = beta(s, r)` (saturated) for `s <= c` and every r up to the least r
-    with `beta(2, r) >= max_length`: what `revolve_split_from_table` needs for lengths
-    up to `max_length` with at most c snapshots. A NumPy int32 array."""
-    import numpy as np
-
-    from odeckpt.schedules import beta
-
-    rows, r = [], 0
-    while True:
-        rows.append([min(beta(s, r), SATURATION) for s in range(c + 1)])
-        if beta(2, r) >= max_length:
-            break
-        r += 1
-    return np.asarray(rows, np.int32).T
-
-
-def revolve_split_from_table(l, s, table: jax.Array) -> jax.Array:  # noqa: E741
-    """`revolve_split(l, s)` by table look-up: no loop, so it compiles small.
-
-    Args:
-        l: steps to reverse (>= 2, at most the table's `max_length`).
-        s: snapshots (>= 2, at most the table's c).
-        table: `beta_table(c, max_length)`.
-    """
-    l = jnp.maximum(_int(l), 2)  # noqa: E741
-    s = jnp.maximum(_int(s), 2)
-    row = table[s]
-    r = jnp.sum(row < l).astype(_I32)  # least r with beta(s, r) >= l
-
-    def at(k):
-        return jnp.where(k >= 0, row[jnp.maximum(k, 0)], 0)
-
-    big, b2, b3 = at(r - 1), at(r - 2), at(r - 3)
-    mid = big - b2
-    small = mid - (b2 - b3)
-    m = jnp.where(l - big <= small, b2, jnp.where(l - big - mid >= small, big, l - mid - small))
-    return jnp.maximum(m, 1)
+    return _greedy_decide(state, _int(i))

@@ -1,1 +1,37 @@
-"""_core."""
+"""The bottom layer: types, result codes, and PyTree/array utilities that every other
+subpackage uses. Imports nothing from the rest of odeckpt.
+
+- `custom_types`: the type aliases (`Y`, `Args`, `RealScalarLike`).
+- `results`: `RESULTS`, the failure codes and their user-facing messages; raising them.
+- `concrete`: telling trace-time constants from traced values.
+- `batching`: primitives with their own `jax.vmap` rules for the loops.
+- `pack`: scalars packed into short vectors (the checkpoint record's layout).
+- `tree`: PyTree helpers: buffer rows, symbolic-zero cotangents, sizes, finiteness.
+"""
+
+from .batching import (
+    any_in_batch as any_in_batch,
+    batch_cond as batch_cond,
+    batch_size as batch_size,
+    batched_like as batched_like,
+)
+from .concrete import concrete as concrete
+from .custom_types import Args as Args, RealScalarLike as RealScalarLike, Y as Y
+from .pack import Packed as Packed, pack as pack, unpack as unpack
+from .results import (
+    RESULTS as RESULTS,
+    failure_index as failure_index,
+    is_successful as is_successful,
+    raise_if_failed as raise_if_failed,
+)
+from .tree import (
+    all_finite as all_finite,
+    as_arrays as as_arrays,
+    materialize as materialize,
+    nbytes as nbytes,
+    row as row,
+    set_row as set_row,
+    tree_add as tree_add,
+    tree_zeros_like as tree_zeros_like,
+    zero_rows as zero_rows,
+)

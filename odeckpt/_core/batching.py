@@ -1,14 +1,15 @@
 """Primitives with their own `jax.vmap` rules, for the loops of the solve and its
 reverse passes: `any_in_batch`, a loop condition that stays unbatched; `batched_like`,
-a loop's initial carry batched as it will end; and `cond`, a `lax.cond` whose branches
+a loop's initial carry batched as it will end; and `batch_cond`, a `lax.cond` whose branches
 keep unbatched operands (the vector field's parameters) unbatched. `batch_size` reads,
 at trace time, how many batch elements a value is traced for."""
+
+import math
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jax import custom_batching, lax
-from jax.core import Tracer
 
 
 @custom_batching.custom_vmap
@@ -58,7 +59,7 @@ def _batched_like_rule(axis_size, in_batched, tree, like):
     return out, jax.tree.map(lambda _: True, tree_batched)
 
 
-def cond(pred, true_fn, false_fn, *operands):
+def batch_cond(pred, true_fn, false_fn, *operands):
     """`lax.cond(pred, true_fn, false_fn, *operands)`, with a `jax.vmap` rule that
     leaves unbatched operands unbatched.
 
@@ -108,22 +109,35 @@ def batch_size(tree) -> int:
     """How many batch elements `tree` is traced for: the product of the sizes of the
     `jax.vmap`s that batch its leaves (the largest over leaves), 1 outside `jax.vmap`.
 
-    Read from the tracers at trace time (through `jax.grad`/`jax.jvp` tracers too), so
-    it sees a `jax.vmap` around the code being traced; a function traced on its own
-    first (`jax.vmap(jax.jit(f))`) counts as unbatched.
+    Asked of JAX through its public batching API at trace time: each leaf goes through
+    an identity with a `custom_vmap` rule, which JAX calls, while tracing, once for every
+    `jax.vmap` that batches the leaf, with that map's size (the rule re-applies the
+    identity, so an enclosing `jax.vmap` calls it in turn). The identity's result is
+    unused and never reaches the compiled program. `jax.grad`/`jax.jvp` around the code
+    are seen through (the leaf's gradient is stopped first). A function traced on its
+    own first (`jax.vmap(jax.jit(f))`) counts as unbatched.
     """
     largest = 1
-    for x in jax.tree.leaves(tree):
-        size = 1
-        while isinstance(x, Tracer):
-            dim, inner = getattr(x, "batch_dim", None), getattr(x, "val", None)
-            if hasattr(x, "batch_dim") and inner is not None:  # a `jax.vmap` tracer
-                if isinstance(dim, int):
-                    size *= int(inner.shape[dim])
-                x = inner
-            elif hasattr(x, "primal"):  # a `jax.jvp` / `jax.grad` tracer
-                x = getattr(x, "primal", None)
-            else:
-                break
-        largest = max(largest, size)
+    for leaf in jax.tree.leaves(tree):
+        if eqx.is_array_like(leaf):
+            largest = max(largest, _vmap_sizes(lax.stop_gradient(jnp.asarray(leaf))))
     return largest
+
+
+def _vmap_sizes(x) -> int:
+    """The product of the sizes of the `jax.vmap`s that batch `x` (see `batch_size`)."""
+    sizes = []
+
+    @custom_batching.custom_vmap
+    def probe(x):
+        return x
+
+    @probe.def_vmap
+    def _rule(axis_size, in_batched, x):
+        (batched,) = in_batched
+        if batched:
+            sizes.append(axis_size)
+        return probe(x), batched
+
+    probe(x)
+    return math.prod(sizes)

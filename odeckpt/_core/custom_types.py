@@ -2,15 +2,13 @@
 
 from typing import Any, TypeAlias
 
-from jaxtyping import Array, ArrayLike, Bool, Float, Int, PyTree
+from jaxtyping import Array, ArrayLike, Float, PyTree
 
 Y: TypeAlias = PyTree[Float[Array, "..."]]
 """The state: any PyTree of floating arrays."""
 Args: TypeAlias = PyTree[Any]
 """Extra arguments passed to the vector field."""
-RealScalar: TypeAlias = Float[Array, ""]
 RealScalarLike: TypeAlias = float | int | Float[ArrayLike, ""]
-IntScalar: TypeAlias = Int[Array, ""]
-BoolScalar: TypeAlias = Bool[Array, ""]
+"""A real scalar: a Python number or a 0-d floating array."""
 
-__all__ = ["Args", "BoolScalar", "IntScalar", "RealScalar", "RealScalarLike", "Y"]
+__all__ = ["Args", "RealScalarLike", "Y"]

@@ -5,9 +5,10 @@ otherwise be a dozen leaves, and every buffer a checkpoint moves through (the sl
 a window of checkpoints) would cost a dozen scatters and slices per store or load:
 each one a kernel for XLA to compile and to run. Packed, they are a few vectors.
 
-Each vector holds at most `VECTOR_BYTES`: a window of checkpoints (`_loops._WINDOW`
-rows) must stay within the 512 bytes under which XLA's CPU runtime runs a loop body
-inline (see the comment above `_loops._WINDOW`), as a 2-D float64 state's rows do.
+Each vector holds at most `VECTOR_BYTES`: a window of checkpoints
+(`odeckpt._checkpointing.window.WINDOW_STEPS` rows) must stay within the 512 bytes under
+which XLA's CPU runtime runs a loop body inline (see that module), as a 2-D float64
+state's rows do.
 """
 
 from typing import Any

@@ -1,1 +1,20 @@
-"""_integrator."""
+"""The step pipeline: `Integrator` (one attempted step, its decisions, its outputs) and
+the records it shares with the loops, the adjoints and the Solution.
+
+- `state`: `State` (the loop state), `Problem` (what a step reads), `Checkpoint`,
+  `RecordedDecisions` (what a replayed step imposes), `Record` (what an accepted step
+  hands to the output writers).
+- `outputs`: the emitters of `SaveAt(ts=...)`, `SaveAt(steps=True)` and dense output,
+  and `Outputs`, the record of their buffers.
+- `integrator`: `Integrator`.
+"""
+
+from .integrator import Integrator as Integrator
+from .outputs import Outputs as Outputs, count_at_or_before as count_at_or_before
+from .state import (
+    Checkpoint as Checkpoint,
+    Problem as Problem,
+    Record as Record,
+    RecordedDecisions as RecordedDecisions,
+    State as State,
+)

@@ -4,7 +4,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from odeckpt._core.custom_types import Y
+from odeckpt._core import Y
 
 
 class DenseStep(eqx.Module):

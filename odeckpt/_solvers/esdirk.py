@@ -3,7 +3,7 @@
 An ESDIRK step has an explicit first stage `k_1 = f(t0, y0)` and then one implicit
 equation per stage, `k_i = f(t0 + c_i h, y0 + h sum_{j<i} a_ij k_j + h gamma k_i)`,
 all with the same `gamma`, so one LU factorisation of `I - h gamma J` serves every
-stage. Each stage is solved by simplified Newton (`odeckpt._newton`).
+stage. Each stage is solved by simplified Newton (`newton.py`).
 
 **The Jacobian.** `J = df/dy(t0, y0)` is computed afresh at the start of every step
 (`n` forward-mode products) and reused across the step's stages while the
@@ -32,17 +32,18 @@ References:
     E. Hairer & G. Wanner, *Solving Ordinary Differential Equations II*, IV.6, IV.8.
 """
 
-from typing import ClassVar
+from typing import final
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from odeckpt._core.results import RESULTS
+from odeckpt._core import RESULTS
 
 from . import linalg as la, stiff_tableaux as tab
+from .base import AbstractSolver, StepOutput
 from .dense import hermite_coeffs
 from .newton import NewtonOptions, Stage, solve_stage
-from .runge_kutta import AbstractSolver, StepOutput
 
 
 class AbstractESDIRK(AbstractSolver):
@@ -54,7 +55,7 @@ class AbstractESDIRK(AbstractSolver):
             step-size controller's tolerances, or Newton errors pollute the error
             estimate and steps get rejected: the defaults suit controller
             tolerances down to about `rtol = 1e-9`, `atol = 1e-11`. Both are raised
-            to `100 eps` of the state's dtype (see `odeckpt._newton`).
+            to `100 eps` of the state's dtype (see `newton.py`).
         max_iters: iterations allowed per stage before the Jacobian is refreshed
             (and, on a second failure, the step is rejected).
 
@@ -65,7 +66,7 @@ class AbstractESDIRK(AbstractSolver):
     tolerance) at the ends.
     """
 
-    tableau: ClassVar[tab.EsdirkTableau]
+    tableau: eqx.AbstractClassVar[tab.EsdirkTableau]
     rtol: float = 1e-10
     atol: float = 1e-12
     max_iters: int = 10
@@ -144,6 +145,7 @@ def _stages(tableau: tab.EsdirkTableau, flat: la.Flat, problem, t0, dt, options)
     return ks, converged
 
 
+@final
 class Kvaerno3(AbstractESDIRK):
     """Kværnø's ESDIRK 3(2): 4 stages, L-stable, stiffly accurate embedded pair.
 
@@ -158,6 +160,7 @@ class Kvaerno3(AbstractESDIRK):
     tableau = tab.KVAERNO3
 
 
+@final
 class Kvaerno5(AbstractESDIRK):
     """Kværnø's ESDIRK 5(4): 7 stages, L-stable, stiffly accurate embedded pair.
 

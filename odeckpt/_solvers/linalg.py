@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 from jax.flatten_util import ravel_pytree
 
-from odeckpt._core.custom_types import Args, Y
+from odeckpt._core import Args, Y
 from odeckpt._terms import AbstractTerm
 
 FlatField = Callable[[jax.Array, jax.Array], jax.Array]

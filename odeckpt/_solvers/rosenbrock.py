@@ -4,7 +4,7 @@ A Rosenbrock step builds `W = I / (h gamma) - J` from the exact Jacobian `J =
 df/dy(t0, y0)`, factorises it once, and solves one linear system per stage: no Newton
 iteration, so no convergence test and no failure mode beyond a singular `W`, and the
 cost per step is fixed (one Jacobian, one factorisation, `s` evaluations of `f`, `s`
-solves; see `odeckpt._linalg`). The price: the method's order relies on `J` being
+solves; see `linalg.py`). The price: the method's order relies on `J` being
 exact (a wrong Jacobian silently lowers it), and on non-autonomous problems the step
 needs `df/dt` too.
 
@@ -23,15 +23,15 @@ References:
 """
 
 from collections.abc import Callable
-from typing import ClassVar
+from typing import final
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 
 from . import linalg as la, stiff_tableaux as tab
+from .base import AbstractSolver, StepOutput
 from .dense import hermite_coeffs
-from .runge_kutta import AbstractSolver, StepOutput
 
 _JAC_MISMATCH = (
     "The Jacobian given to the solver's `jac=...` disagrees with the derivative of "
@@ -54,7 +54,7 @@ class AbstractRosenbrock(AbstractSolver):
             raises if they disagree; it must be valid for forward-in-time solves.
     """
 
-    tableau: ClassVar[tab.RosenbrockTableau]
+    tableau: eqx.AbstractClassVar[tab.RosenbrockTableau]
     jac: Callable | None = None
 
     @property
@@ -136,6 +136,7 @@ def _stages(tableau: tab.RosenbrockTableau, flat: la.Flat, t0, dt, f0, jac, dfdt
     return ks, la.combine(flat.y, tableau.m, ks)
 
 
+@final
 class Ros3P(AbstractRosenbrock):
     """Lang & Verwer's ROS3P: Rosenbrock 3(2), 3 stages, A-stable.
 
@@ -157,6 +158,7 @@ class Ros3P(AbstractRosenbrock):
     tableau = tab.ROS3P
 
 
+@final
 class Rodas5P(AbstractRosenbrock):
     """Steinebach's Rodas5P: Rosenbrock 5(4), 8 stages, stiffly accurate, L-stable.
 

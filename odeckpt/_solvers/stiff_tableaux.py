@@ -2,13 +2,10 @@
 
 Every method is a validated frozen record. Construction checks the B-series order
 conditions `sum_i b_i Phi_i(t) == 1/gamma(t)` for every rooted tree `t` up to the
-claimed order (and likewise for the embedded method and the dense output), with one
-generic recursion that covers Runge–Kutta, diagonally implicit and Rosenbrock methods:
-for a stage `k_i = h f(Y_i) + h J sum_j G_ij k_j`, `Y_i = y0 + sum_j alpha_ij k_j`
-(`G = 0` for Runge–Kutta methods; `alpha` with its diagonal for DIRK methods), the
-coefficient of the elementary differential of `t = [u_1, ..., u_m]` in `k_i` is
-
-    K_i(t) = prod_l (alpha @ K(u_l))_i  +  [m == 1] (G @ K(u_1))_i.
+claimed order (and likewise for the embedded method and the dense output), with the
+generic recursion of `order_conditions.py`, which covers Runge–Kutta, diagonally
+implicit and Rosenbrock methods (`K(t)` below is its `stage_weights`; `G` is the
+Rosenbrock methods' Jacobian weights, zero for ESDIRK methods).
 
 A transcription error in any coefficient breaks a condition of low order, so the
 checks catch it at import time. (The module runs past 300 lines: most of it is
@@ -29,74 +26,32 @@ References:
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 
 import numpy as np
+
+from .order_conditions import (
+    lower_matrix,
+    order_defects,
+    rooted_trees,
+    stage_weights,
+    tree_density,
+    tree_order,
+)
 
 # A defect is accepted when |defect| <= _RTOL * max(1, sum of |terms|). The
 # coefficients below pass with a margin of at least 100.
 _RTOL = 1e-12
 _THETAS = (0.25, 0.5, 0.75)  # where continuous order conditions are checked
 
-Tree = tuple  # a rooted tree: the sorted tuple of its subtrees; `()` is one vertex
 Rows = tuple[tuple[float, ...], ...]  # coefficient rows, e.g. of a dense output
-
-
-def _grafts(tree: Tree):
-    yield tuple(sorted((*tree, ())))
-    for i, child in enumerate(tree):
-        for grown in _grafts(child):
-            yield tuple(sorted((*tree[:i], grown, *tree[i + 1 :])))
-
-
-@functools.cache
-def _trees(order: int) -> tuple[Tree, ...]:
-    """The rooted trees with `order` vertices (1, 1, 2, 4, 9, 20, ...)."""
-    if order == 1:
-        return ((),)
-    return tuple(sorted({g for tree in _trees(order - 1) for g in _grafts(tree)}))
-
-
-def _size(tree: Tree) -> int:
-    return 1 + sum(_size(child) for child in tree)
-
-
-def _density(tree: Tree) -> int:
-    return _size(tree) * math.prod(_density(child) for child in tree)
-
-
-def _stage_coefficients(tree: Tree, alpha: np.ndarray, gamma: np.ndarray) -> np.ndarray:
-    """`K(t)` of the module docstring, one entry per stage."""
-    out = np.ones(alpha.shape[0])
-    for child in tree:
-        out = out * (alpha @ _stage_coefficients(child, alpha, gamma))
-    if len(tree) == 1:
-        out = out + gamma @ _stage_coefficients(tree[0], alpha, gamma)
-    return out
-
-
-def order_defects(alpha, gamma, weights, order: int, theta: float = 1.0):
-    """`(tree, defect, scale)` for every tree with at most `order` vertices.
-
-    The condition is `weights @ K(t) == theta**|t| / gamma(t)` (`theta = 1`: the
-    step's end; otherwise a dense-output point).
-    """
-    alpha, gamma, weights = (np.asarray(x, dtype=float) for x in (alpha, gamma, weights))
-    out = []
-    for p in range(1, order + 1):
-        for tree in _trees(p):
-            k = _stage_coefficients(tree, alpha, gamma)
-            defect = float(weights @ k) - theta**p / _density(tree)
-            out.append((tree, defect, float(np.abs(weights) @ np.abs(k))))
-    return out
 
 
 def _check_order(name: str, what: str, alpha, gamma, weights, order: int, theta=1.0):
     for tree, defect, scale in order_defects(alpha, gamma, weights, order, theta):
         if abs(defect) > _RTOL * max(1.0, scale):
             raise ValueError(
-                f"{name}: {what} violates the order-{_size(tree)} condition for tree "
+                f"{name}: {what} violates the order-{tree_order(tree)} condition for tree "
                 f"{tree} (theta={theta}): defect {defect:.3e}."
             )
 
@@ -105,14 +60,6 @@ def _check_close(name: str, what: str, got, want):
     got, want = np.asarray(got, dtype=float), np.asarray(want, dtype=float)
     if not np.allclose(got, want, rtol=_RTOL, atol=_RTOL):
         raise ValueError(f"{name}: {what}: got {got.tolist()}, expected {want.tolist()}.")
-
-
-def _square(rows, s: int) -> np.ndarray:
-    """Pad ragged lower-triangular rows into an `s x s` matrix."""
-    out = np.zeros((s, s))
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = row
-    return out
 
 
 # --------------------------------------------------------------------------
@@ -159,8 +106,8 @@ class RosenbrockTableau:
             raise ValueError(f"{self.name}: `a` and `C` must be strictly lower triangular.")
         if not any(self.m_err):
             raise ValueError(f"{self.name}: `m_hat == m` gives no error estimate.")
-        gamma_matrix = np.linalg.inv(np.diag(np.full(s, 1 / self.gamma)) - _square(self.C, s))
-        alpha = _square(self.a, s) @ gamma_matrix
+        gamma_matrix = np.linalg.inv(np.diag(np.full(s, 1 / self.gamma)) - lower_matrix(self.C, s))
+        alpha = lower_matrix(self.a, s) @ gamma_matrix
         _check_close(self.name, "c != row sums of alpha", self.c, alpha.sum(axis=1))
         _check_close(self.name, "d != row sums of Gamma", self.d, gamma_matrix.sum(axis=1))
         _check_rosenbrock(self, alpha, gamma_matrix)
@@ -334,7 +281,7 @@ class EsdirkTableau:
     @property
     def matrix(self) -> np.ndarray:
         """The full `s x s` stage matrix, diagonal `(0, gamma, ..., gamma)` included."""
-        full = _square(self.a, self.stages)
+        full = lower_matrix(self.a, self.stages)
         full[1:, 1:] += np.diag(np.full(self.stages - 1, self.gamma))
         return full
 
@@ -387,10 +334,10 @@ def continuous_extension(name: str, matrix: np.ndarray, order: int) -> Rows:
         rhs.append(value)
 
     for size in range(1, order + 1):
-        for tree in _trees(size):
-            phi = _stage_coefficients(tree, matrix, zero)
+        for tree in rooted_trees(size):
+            phi = stage_weights(tree, matrix, zero)
             for r in range(1, order + 1):
-                condition({(r, i): phi[i] for i in range(s)}, (r == size) / _density(tree))
+                condition({(r, i): phi[i] for i in range(s)}, (r == size) / tree_density(tree))
     for i in range(s):
         condition({(r, i): 1.0 for r in range(1, order + 1)}, matrix[-1, i])  # y(1) = y1
         condition({(r, i): float(r) for r in range(1, order + 1)}, float(i == s - 1))

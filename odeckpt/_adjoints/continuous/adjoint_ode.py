@@ -29,10 +29,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from odeckpt._core.custom_types import Y
+from odeckpt._core import Y
 from odeckpt._solution import DenseInterpolation
-from odeckpt._solvers.runge_kutta import _combine, _weighted
-from odeckpt._solvers.tableaux import ButcherTableau
+from odeckpt._solvers import ButcherTableau, combine_stages, weighted_stages
 
 
 class Flow(eqx.Module):
@@ -132,7 +131,7 @@ def adjoint_rk_step(
     g_sum = _accumulate(None, tableau.b[0], k0.g)
     g_err = None if b_err is None else _accumulate(None, b_err[0], k0.g)
     for i in range(1, tableau.stages):
-        stages.append(_combine(flow, dt, tableau.a[i], ks))
+        stages.append(combine_stages(flow, dt, tableau.a[i], ks))
         slope = field(s + tableau.c[i] * dt, stages[-1])
         ks.append(slope.flow)
         g_sum = _accumulate(g_sum, tableau.b[i], slope.g)
@@ -141,8 +140,8 @@ def adjoint_rk_step(
     if tableau.fsal:
         flow1, k1 = stages[-1], slope
     else:
-        flow1, k1 = _combine(flow, dt, tableau.b, ks), None
-    flow_err = None if error is None else _weighted(dt, tableau.b_err, ks, flow)
+        flow1, k1 = combine_stages(flow, dt, tableau.b, ks), None
+    flow_err = None if error is None else weighted_stages(dt, tableau.b_err, ks, flow)
     g_err = None if g_err is None else _scale_by(dt, g_err)
     probe = None
     if tableau.stages > 1:

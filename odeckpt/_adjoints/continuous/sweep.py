@@ -13,11 +13,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from odeckpt._controllers.controllers import AbstractStepSizeController, ControllerState
-from odeckpt._core.batching import cond
-from odeckpt._core.custom_types import Y
-from odeckpt._core.results import RESULTS
-from odeckpt._solvers.tableaux import ButcherTableau
+from odeckpt._controllers import AbstractLoopController, ControllerState
+from odeckpt._core import RESULTS, Y, batch_cond, row
+from odeckpt._solvers import ButcherTableau
 
 from .adjoint_ode import AdjointField, AdjointStep, Flow, Slopes, adjoint_rk_step, anchor_distance
 
@@ -61,7 +59,7 @@ class SweepContext(eqx.Module):
 
     tableau: ButcherTableau = eqx.field(static=True)
     marks: tuple[Marks, ...]
-    controller: AbstractStepSizeController | None
+    controller: AbstractLoopController | None
     seminorm: bool = eqx.field(static=True)
     error_order: int | None = eqx.field(static=True)
     stiff_limit: float | None = eqx.field(static=True)  # h rho above it: split the step
@@ -88,10 +86,6 @@ class Sweep(eqx.Module):
     result: jax.Array
 
 
-def _row(tree, i):
-    return jax.tree.map(lambda x: x[i], tree)
-
-
 def _arrive_one(marks: Marks, pointer, tau, flow: Flow, worst, ctx: SweepContext):
     """Act on every mark of one list at time `tau` (or later: none are left behind)."""
 
@@ -102,10 +96,10 @@ def _arrive_one(marks: Marks, pointer, tau, flow: Flow, worst, ctx: SweepContext
     def act(carry):
         p, flow, worst = carry
         i = p - 1
-        a = flow.a if marks.jump is None else jax.tree.map(jnp.add, flow.a, _row(marks.jump, i))
+        a = flow.a if marks.jump is None else jax.tree.map(jnp.add, flow.a, row(marks.jump, i))
         y = flow.y
         if marks.anchor is not None and y is not None:
-            y = _row(marks.anchor, i)
+            y = row(marks.anchor, i)
             worst = jnp.maximum(worst, anchor_distance(flow.y, y, ctx.rtol, ctx.atol))
         return i, Flow(y, a), worst
 
@@ -135,8 +129,8 @@ def next_stop(ctx: SweepContext, pointers, lo):
 
 
 def _refresh(field: AdjointField, sw: Sweep) -> Slopes:
-    # `cond`: under `jax.vmap`, the field's parameters stay unbatched (`_batching.cond`).
-    return cond(
+    # `batch_cond`: under `jax.vmap`, the field's parameters stay unbatched.
+    return batch_cond(
         sw.fresh,
         lambda field, sw: field(-sw.tau, sw.flow),
         lambda field, sw: sw.slopes,
@@ -145,7 +139,9 @@ def _refresh(field: AdjointField, sw: Sweep) -> Slopes:
     )
 
 
-def _advance(sw: Sweep, tau, step: AdjointStep) -> Sweep:
+def _after_step(sw: Sweep, tau, step: AdjointStep) -> Sweep:
+    """The sweep moved to `tau` by the adjoint step `step` (its flow, its increment of
+    the parameter gradient, and its last slopes when the method is FSAL)."""
     g = jax.tree.map(jnp.add, sw.g, step.g_increment)
     fsal = step.slopes is not None
     slopes = step.slopes if fsal else sw.slopes
@@ -191,7 +187,7 @@ def _grid_iteration(ctx: SweepContext, field: AdjointField, sw: Sweep, lo) -> Sw
     step = adjoint_rk_step(ctx.tableau, field, -sw.tau, dt, sw.flow, sw.slopes)
     too_stiff = _too_stiff(ctx, sw, step, dt)
     split = too_stiff & (sw.splits < MAX_SPLITS)
-    moved = _advance(sw, target, step)
+    moved = _after_step(sw, target, step)
     sw = jax.tree.map(lambda new, old: jnp.where(split, old, new), moved, sw)
     splits = jnp.where(split, sw.splits + 1, jnp.where(whole, 0, sw.splits))
     sub_dt = jnp.where(split, 0.5 * dt, sw.dt).astype(sw.dt.dtype)
@@ -233,7 +229,7 @@ def _adaptive_iteration(ctx: SweepContext, field: AdjointField, sw: Sweep, lo) -
     decision = ctx.controller.decide(
         -sw.tau, dt, *_controlled(ctx, sw, step), ctx.error_order, sw.controller
     )
-    moved = _advance(sw, jnp.where(land, target, sw.tau - dt), step)
+    moved = _after_step(sw, jnp.where(land, target, sw.tau - dt), step)
     sw = jax.tree.map(lambda new, old: jnp.where(decision.accept, new, old), moved, sw)
     sw = eqx.tree_at(
         lambda s: (s.dt, s.controller, s.num_steps, s.result),

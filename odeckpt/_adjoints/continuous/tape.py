@@ -13,15 +13,14 @@ The loop is `forward_loop` itself, over a state `(State, Tape)`: the solve's own
 steps and output buffers are exactly those of `forward_loop`.
 """
 
-import dataclasses
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from odeckpt._checkpointing.loops import Emitter, LoopBody, LoopOutput, forward_loop
-from odeckpt._integrator.integrator import Integrator, Problem, State
-from odeckpt._solvers.dense import DenseStep
+from odeckpt._checkpointing import Emitter, ForwardBody, LoopOutput, forward_loop
+from odeckpt._core import set_row, zero_rows
+from odeckpt._integrator import Integrator, Problem, State
+from odeckpt._solvers import DenseStep
 
 
 class TapePlan(eqx.Module):
@@ -51,26 +50,18 @@ class Tape(eqx.Module):
     dense: DenseStep | None  # every accepted step's polynomial (max_steps rows)
 
 
-def _rows(n: int, tree):
-    return jax.tree.map(lambda x: jnp.zeros((n, *jnp.shape(x)), x.dtype), tree)
-
-
-def _put(buffer, index, value):
-    return jax.tree.map(lambda b, v: b.at[index].set(v, mode="drop"), buffer, value)
-
-
 def empty_tape(integrator: Integrator, problem: Problem, state0: State, plan: TapePlan):
     max_steps, slots = integrator.max_steps, plan.slots(integrator.max_steps)
     grid = jnp.full((max_steps + 1,), jnp.inf, state0.t.dtype).at[0].set(state0.t)
     dense = None
     if plan.keep_dense:
         _, record, _ = eqx.filter_eval_shape(_stepper(integrator, plan).step, problem, state0)
-        dense = _rows(max_steps, record.dense)
+        dense = zero_rows(record.dense, max_steps)
     return Tape(
         grid=grid,
         anchor_t=jnp.full((slots,), jnp.inf, state0.t.dtype),
-        anchor_y=_rows(slots, state0.y),
-        anchor_k=_rows(slots, state0.solver_state) if plan.keep_k else None,
+        anchor_y=zero_rows(state0.y, slots),
+        anchor_k=zero_rows(state0.solver_state, slots) if plan.keep_k else None,
         dense=dense,
     )
 
@@ -83,8 +74,10 @@ def _record_anchor(tape: Tape, state: State, plan: TapePlan) -> Tape:
     return Tape(
         grid=tape.grid,
         anchor_t=tape.anchor_t.at[slot].set(state.t, mode="drop"),
-        anchor_y=_put(tape.anchor_y, slot, state.y),
-        anchor_k=None if tape.anchor_k is None else _put(tape.anchor_k, slot, state.solver_state),
+        anchor_y=set_row(tape.anchor_y, slot, state.y),
+        anchor_k=None
+        if tape.anchor_k is None
+        else set_row(tape.anchor_k, slot, state.solver_state),
         dense=tape.dense,
     )
 
@@ -92,19 +85,18 @@ def _record_anchor(tape: Tape, state: State, plan: TapePlan) -> Tape:
 def _record_step(tape: Tape, state: State, new: State, record, accepted) -> Tape:
     index = jnp.where(accepted, state.num_accepted, tape.grid.shape[0])
     grid = tape.grid.at[index + 1].set(new.t, mode="drop")
-    dense = None if tape.dense is None else _put(tape.dense, index, record.dense)
+    dense = None if tape.dense is None else set_row(tape.dense, index, record.dense)
     return Tape(grid, tape.anchor_t, tape.anchor_y, tape.anchor_k, dense)
 
 
 def _stepper(integrator: Integrator, plan: TapePlan) -> Integrator:
     """The integrator whose steps are taken: it computes dense output if it is kept
     (the step is otherwise the same; outputs are still written as `integrator` asks)."""
-    if not plan.keep_dense:
-        return integrator
-    return dataclasses.replace(integrator, save_dense=True)
+    return integrator.computing_dense() if plan.keep_dense else integrator
 
 
-def _taped_body(integrator: Integrator, plan: TapePlan) -> LoopBody:
+def _taped_body(integrator: Integrator, plan: TapePlan) -> ForwardBody:
+    """`integrator.body()`'s forward part over the state `(State, Tape)`."""
     body, stepper = integrator.body(), _stepper(integrator, plan)
 
     def step(problem, carry):
@@ -118,8 +110,11 @@ def _taped_body(integrator: Integrator, plan: TapePlan) -> LoopBody:
         for e in body.emitters
     )
     cond = lambda problem, carry: body.cond(problem, carry[0])  # noqa: E731
-    # Only what `forward_loop` calls is replaced: step, cond, emitters.
-    return dataclasses.replace(body, step=step, cond=cond, emitters=emitters)
+    progress = None
+    if body.progress is not None:
+        report = body.progress
+        progress = lambda problem, c0, c, i: report(problem, c0[0], c[0], i)  # noqa: E731
+    return ForwardBody(step=step, cond=cond, emitters=emitters, progress=progress)
 
 
 def taped_loop(

@@ -1,25 +1,31 @@
-"""The custom VJP shared by the continuous adjoints.
+"""The continuous adjoint's VJP: the custom VJP that both continuous adjoints run.
 
-`continuous_loop` is `forward_loop` with a reverse mode that solves the adjoint ODE: its
-forward pass records the accepted step times and anchors (`_tape`); its backward pass
-builds the marks (outputs, anchors, the forward grid) and the adjoint's right-hand
-side, asks the adjoint to sweep from the end of the solve down to `t0` (`_sweep`), and
-returns dL/dy0 and dL/dtheta, or NaN / an error where the sweep failed.
+(The discrete adjoint's backward pass, `CheckpointAdjoint`'s, is the checkpointed
+loop's own VJP in `odeckpt._checkpointing`.)
 
-The adjoint is passed as a value with these methods (see `_continuous`):
-`integrates_y()`, `diverged(sweep)`, `sweep(ctx, field, sweep, inputs)`, and the
-fields `solver`, `stepsize_controller`, `seminorm`, `throw`.
+`continuous_loop` is `forward_loop` with a reverse mode that solves the adjoint ODE.
+Its forward pass (`_vjp_forward_pass`) records the accepted step times and anchors
+(`tape`). Its backward pass (`_vjp_backward_pass`) builds the marks (outputs,
+anchors, the forward grid) and the adjoint's right-hand side, asks the adjoint to
+sweep from the end of the solve down to `t0` (`sweep`), and returns dL/dy0 and
+dL/dtheta (`theta`: the differentiated leaves of the vector field and `args`), or
+NaN / an error where the sweep failed.
+
+The adjoint is passed as a value (an `AbstractContinuousAdjoint`) with these methods:
+`integrates_y()`, `diverged(sweep)`, `give_up_above()`, `sweep(ctx, field, sweep,
+inputs)`, and the fields `solver`, `stepsize_controller`, `seminorm`, `throw`.
 """
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+from jaxtyping import PyTree
 
-from odeckpt._checkpointing.loops import LoopOutput, forward_loop
-from odeckpt._controllers.controllers import _initial_state
-from odeckpt._core.results import RESULTS
-from odeckpt._integrator.integrator import Integrator, Problem, State, _all_finite
-from odeckpt._solvers.runge_kutta import AbstractRungeKutta, AbstractSolver
+from odeckpt._checkpointing import LoopOutput, forward_loop
+from odeckpt._controllers import ControllerState
+from odeckpt._core import RESULTS, Y, all_finite, as_arrays, materialize
+from odeckpt._integrator import Integrator, Problem, State
+from odeckpt._solvers import AbstractRungeKutta, AbstractSolver
 
 from .adjoint_ode import AdjointField, Flow, Slopes, stability_limit
 from .sweep import Marks, Sweep, SweepContext, arrive
@@ -30,9 +36,37 @@ DEFAULT_TOLERANCE = 1e-3
 
 STIFF_FRACTION = 0.9
 """On the forward grid, a step with `h rho` beyond this fraction of the method's
-stability limit on the negative real axis is taken in halves (see `_sweep._too_stiff`):
+stability limit on the negative real axis is taken in halves (see `sweep._too_stiff`):
 the forward pass's steps on a stiff problem sit at about the limit (3.5 for Tsit5),
 while accuracy-limited steps stay well inside it."""
+
+
+class OutputCotangents(eqx.Module):
+    """The cotangents of the loop's outputs that the backward pass reads.
+
+    Attributes:
+        y: of the final `y` (zeros where the cotangent is symbolically zero).
+        k: of the final solver state, or `None` (zero).
+        ts: of the `SaveAt(ts=...)` rows, or `None` (zero or not saved).
+        steps: of the `SaveAt(steps=True)` rows of `y`, or `None` (zero or not saved).
+    """
+
+    y: Y
+    k: PyTree | None
+    ts: Y | None
+    steps: Y | None
+
+
+class ForwardPass(eqx.Module):
+    """What the backward pass reads of the forward pass: its inputs, the loop's
+    output, and what the tape recorded."""
+
+    integrator: Integrator
+    problem: Problem
+    state0: State
+    out: LoopOutput
+    tape: Tape
+    plan: TapePlan
 
 
 class SweepInputs(eqx.Module):
@@ -49,25 +83,18 @@ def continuous_loop(
     integrator: Integrator, problem: Problem, state0: State, max_steps: int, adjoint, plan: TapePlan
 ) -> LoopOutput:
     """`forward_loop(integrator.body(), ...)`, differentiated by `adjoint`'s sweep."""
-    return _continuous((problem, state0), integrator, max_steps, adjoint, plan)
-
-
-def _as_arrays(tree):
-    """Typed Python scalars (how JAX hands weakly typed primals to a custom VJP) back
-    into arrays, so the closure-converted vector field sees what it was traced with."""
-    typed = lambda x: isinstance(x, float | int | complex) and hasattr(x, "dtype")  # noqa: E731
-    return jax.tree.map(lambda x: jnp.asarray(x, x.dtype) if typed(x) else x, tree)
+    return _vjp_loop((problem, state0), integrator, max_steps, adjoint, plan)
 
 
 @eqx.filter_custom_vjp
-def _continuous(vjp_arg, integrator, max_steps, adjoint, plan):
-    problem, state0 = _as_arrays(vjp_arg)
+def _vjp_loop(vjp_arg, integrator, max_steps, adjoint, plan):
+    problem, state0 = as_arrays(vjp_arg)
     return forward_loop(integrator.body(), problem, state0, max_steps)
 
 
-@_continuous.def_fwd
-def _continuous_fwd(perturbed, vjp_arg, integrator, max_steps, adjoint, plan):
-    problem, state0 = _as_arrays(vjp_arg)
+@_vjp_loop.def_fwd
+def _vjp_forward_pass(perturbed, vjp_arg, integrator, max_steps, adjoint, plan):
+    problem, state0 = as_arrays(vjp_arg)
     _check_times_unperturbed(perturbed, type(adjoint).__name__)
     out, tape = taped_loop(integrator, problem, state0, max_steps, plan)
     return out, (out, tape)
@@ -84,18 +111,24 @@ def _check_times_unperturbed(perturbed, name: str) -> None:
         )
 
 
-@_continuous.def_bwd
-def _continuous_bwd(residuals, grad_obj, perturbed, vjp_arg, integrator, max_steps, adjoint, plan):
-    problem, state0 = _as_arrays(vjp_arg)
+@_vjp_loop.def_bwd
+def _vjp_backward_pass(
+    residuals, grad_obj, perturbed, vjp_arg, integrator, max_steps, adjoint, plan
+):
+    problem, state0 = as_arrays(vjp_arg)
     out, tape = residuals
-    cts = _output_cotangents(grad_obj, out, integrator, type(adjoint).__name__)
+    fwd = ForwardPass(integrator, problem, state0, out, tape, plan)
+    cts = _output_cotangents(grad_obj, fwd, type(adjoint).__name__)
     p_problem = perturbed[0]
     theta, static = eqx.partition((problem.term, problem.args), (p_problem.term, p_problem.args))
     solver = adjoint.solver or integrator.solver
-    ctx = _context(adjoint, solver, problem, integrator, state0, out, tape, plan, cts, max_steps)
+    ctx = _context(adjoint, solver, fwd, cts, max_steps)
     field = AdjointField(theta, static, None)
-    sw = arrive(ctx, _initial_sweep(adjoint, ctx, field, integrator.solver, out, tape, cts))
-    inputs = SweepInputs(tape, plan, problem, integrator.solver, out.state.num_accepted)
+    sw = arrive(ctx, _initial_sweep(adjoint, ctx, field, fwd, cts))
+    inputs = SweepInputs(
+        tape=tape, plan=plan, problem=problem, solver=integrator.solver,
+        num_accepted=out.state.num_accepted,
+    )  # fmt: skip
     sw = adjoint.sweep(ctx, field, sw, inputs)
     ct_y0, g = _checked(sw, adjoint, max_steps)
     return _cotangent_tree(vjp_arg, ct_y0, g)
@@ -105,57 +138,49 @@ def _continuous_bwd(residuals, grad_obj, perturbed, vjp_arg, integrator, max_ste
 # Pieces of the backward pass
 
 
-def _materialise(ct, like):
-    return jax.tree.map(
-        lambda c, x: jnp.zeros_like(x) if c is None else c, ct, like, is_leaf=lambda c: c is None
-    )
-
-
 def _is_zero(ct) -> bool:
     return all(c is None for c in jax.tree.leaves(ct, is_leaf=lambda c: c is None))
 
 
-def _output_cotangents(grad_obj, out: LoopOutput, integrator: Integrator, name: str) -> dict:
+def _output_cotangents(grad_obj, fwd: ForwardPass, name: str) -> OutputCotangents:
     """Cotangents of the final `y` and `k`, and of each output buffer (None: zero)."""
-    names = [e.name for e in integrator.body().emitters]
-    buffers = dict(zip(names, grad_obj.buffers, strict=True))
-    if "dense" in buffers and not _is_zero(buffers["dense"]):
+    out, buffers = fwd.out, fwd.integrator.outputs(grad_obj.buffers)
+    if buffers.dense is not None and not _is_zero(buffers.dense):
         raise ValueError(
             f"`{name}` cannot differentiate through `SaveAt(dense=True)` outputs "
             "(`Solution.evaluate`). Use `adjoint=CheckpointAdjoint()`, or save the "
             "times you need with `SaveAt(ts=...)`."
         )
-    final = grad_obj.state
-    steps = buffers.get("steps")
-    return {
-        "y": _materialise(final.y, out.state.y),
-        "k": None
+    final, steps = grad_obj.state, buffers.steps
+    return OutputCotangents(
+        y=materialize(final.y, out.state.y),
+        k=None
         if _is_zero(final.solver_state)
-        else _materialise(final.solver_state, out.state.solver_state),
-        "ts": None if _is_zero(buffers.get("ts")) else buffers["ts"],
-        "steps": None if steps is None or _is_zero(steps[1]) else steps[1],
-    }
+        else materialize(final.solver_state, out.state.solver_state),
+        ts=None if _is_zero(buffers.ts) else buffers.ts,
+        steps=None if steps is None or _is_zero(steps[1]) else steps[1],
+    )
 
 
-def _output_marks(problem, integrator, state0, out: LoopOutput, cts, anchors: bool) -> list:
+def _output_marks(fwd: ForwardPass, cts: OutputCotangents, anchors: bool) -> list:
     """Marks at the `SaveAt(ts=...)` and `SaveAt(steps=True)` outputs."""
-    names = [e.name for e in integrator.body().emitters]
-    values = dict(zip(names, out.buffers, strict=True))
+    out, values = fwd.out, fwd.integrator.outputs(fwd.out.buffers)
     marks = []
-    if "ts" in values:
-        jump = None if cts["ts"] is None else _materialise(cts["ts"], values["ts"])
+    if values.ts is not None:
+        assert fwd.problem.ts is not None  # the rows of `SaveAt(ts=...)`
+        jump = None if cts.ts is None else materialize(cts.ts, values.ts)
         marks.append(
             Marks(
-                problem.ts,
-                state0.save_index,
+                fwd.problem.ts,
+                fwd.state0.save_index,
                 out.state.save_index,
                 jump,
-                values["ts"] if anchors else None,
+                values.ts if anchors else None,
             )
         )
-    if "steps" in values:
-        step_ts, step_ys = values["steps"]
-        jump = None if cts["steps"] is None else _materialise(cts["steps"], step_ys)
+    if values.steps is not None:
+        step_ts, step_ys = values.steps
+        jump = None if cts.steps is None else materialize(cts.steps, step_ys)
         marks.append(
             Marks(
                 step_ts,
@@ -169,50 +194,51 @@ def _output_marks(problem, integrator, state0, out: LoopOutput, cts, anchors: bo
 
 
 def _anchor_tolerances(problem: Problem, dtype):
+    """The forward controller's `(rtol, atol)` when it is adaptive and has them, else
+    `DEFAULT_TOLERANCE` for each."""
     controller = problem.controller
-    rtol = atol = DEFAULT_TOLERANCE
-    if controller.adaptive:
-        rtol = getattr(controller, "rtol", rtol)
-        atol = getattr(controller, "atol", atol)
+    tolerances = controller.tolerances if controller.adaptive else None
+    rtol, atol = (DEFAULT_TOLERANCE, DEFAULT_TOLERANCE) if tolerances is None else tolerances
     return jnp.asarray(rtol, dtype), jnp.asarray(atol, dtype)
 
 
-def _context(adjoint, solver, problem, integrator, state0, out, tape, plan, cts, max_steps):
-    backsolve = adjoint.integrates_y()
-    marks = _output_marks(problem, integrator, state0, out, cts, backsolve)
-    n = out.state.num_accepted
+def _context(adjoint, solver, fwd: ForwardPass, cts: OutputCotangents, max_steps: int):
+    """The sweep's context: the marks it stops at, and how it steps between them."""
+    backsolve, tape, plan = adjoint.integrates_y(), fwd.tape, fwd.plan
+    marks = _output_marks(fwd, cts, backsolve)
+    n = fwd.out.state.num_accepted
     if backsolve and plan.every:
         recorded = (n + plan.every - 1) // plan.every  # anchors before the last step
         marks.append(Marks(tape.anchor_t, jnp.asarray(0, jnp.int32), recorded, None, tape.anchor_y))
     if adjoint.stepsize_controller is None:
         marks.append(Marks(tape.grid, jnp.asarray(0, jnp.int32), n + 1))
-    dtype = jax.tree.leaves(state0.y)[0].dtype
-    rtol, atol = _anchor_tolerances(problem, dtype)
+    dtype = jax.tree.leaves(fwd.state0.y)[0].dtype
+    rtol, atol = _anchor_tolerances(fwd.problem, dtype)
     return SweepContext(
-        solver.tableau,
-        tuple(marks),
-        adjoint.stepsize_controller,
-        adjoint.seminorm,
-        solver.error_order,
-        stability_limit(solver.tableau) * STIFF_FRACTION,
-        adjoint.give_up_above(),
-        rtol,
-        atol,
-        max_steps,
+        tableau=solver.tableau,
+        marks=tuple(marks),
+        controller=adjoint.stepsize_controller,
+        seminorm=adjoint.seminorm,
+        error_order=solver.error_order,
+        stiff_limit=stability_limit(solver.tableau) * STIFF_FRACTION,
+        give_up_above=adjoint.give_up_above(),
+        rtol=rtol,
+        atol=atol,
+        max_steps=max_steps,
     )
 
 
-def _initial_sweep(adjoint, ctx, field: AdjointField, solver, out: LoopOutput, tape: Tape, cts):
+def _initial_sweep(adjoint, ctx, field: AdjointField, fwd: ForwardPass, cts: OutputCotangents):
     """The backward state at the end of the solve (before that time's marks)."""
-    final = out.state
-    a, g = cts["y"], jax.tree.map(jnp.zeros_like, field.theta)
-    if cts["k"] is not None:  # the final solver state k = f(t1, y1) is an output too
+    final, solver, tape = fwd.out.state, fwd.integrator.solver, fwd.tape
+    a, g = cts.y, jax.tree.map(jnp.zeros_like, field.theta)
+    if cts.k is not None:  # the final solver state k = f(t1, y1) is an output too
         if not isinstance(solver, AbstractRungeKutta):
             raise ValueError(
                 f"`{type(adjoint).__name__}` cannot differentiate the final solver state "
                 f"of {type(solver).__name__}; use `CheckpointAdjoint()`."
             )
-        da, dg = field.pullback(final.t, final.y, cts["k"])
+        da, dg = field.pullback(final.t, final.y, cts.k)
         a, g = jax.tree.map(jnp.add, a, da), jax.tree.map(jnp.add, g, dg)
     y = final.y if adjoint.integrates_y() else None
     zeros = jax.tree.map(jnp.zeros_like, Slopes(Flow(y, a), g))
@@ -228,7 +254,7 @@ def _initial_sweep(adjoint, ctx, field: AdjointField, solver, out: LoopOutput, t
         splits=jnp.asarray(0, jnp.int32),
         pointers=tuple(m.hi for m in ctx.marks),
         dt=jnp.where(last_dt > 0, last_dt, 1.0).astype(final.t.dtype),
-        controller=_initial_state(final.t.dtype),
+        controller=ControllerState.initial(final.t.dtype),
         worst=jnp.zeros((), jax.tree.leaves(final.y)[0].dtype),
         num_steps=zero,
         result=jnp.asarray(RESULTS.successful, jnp.int32),
@@ -240,7 +266,7 @@ def _checked(sw: Sweep, adjoint, max_steps: int):
     diverged = adjoint.diverged(sw)
     # A non-finite adjoint or gradient is the adjoint ODE's own instability (the forward
     # values were finite): reported, never returned as a gradient.
-    unstable = (sw.result == RESULTS.nonfinite_state) | ~_all_finite((sw.flow.a, sw.g))
+    unstable = (sw.result == RESULTS.nonfinite_state) | ~all_finite((sw.flow.a, sw.g))
     failed = diverged | unstable | (sw.result != RESULTS.successful)
     nan = lambda x: jnp.where(failed, jnp.nan, x)  # noqa: E731
     ct_y0, g = jax.tree.map(nan, (sw.flow.a, sw.g))

@@ -1,0 +1,107 @@
+"""`BacksolveAdjoint`: the adjoint ODE solved backwards with `y` integrated alongside."""
+
+import numbers
+
+import jax
+
+from odeckpt._adjoints.base import DEFAULT_MEMORY_BUDGET, check_checkpoints
+from odeckpt._controllers import AbstractLoopController
+from odeckpt._core import batch_size, nbytes
+from odeckpt._solvers import AbstractRungeKutta
+
+from .base import AbstractContinuousAdjoint, ceil_div
+from .sweep import Sweep, sweep_to
+from .tape import TapePlan
+
+
+class BacksolveAdjoint(AbstractContinuousAdjoint):
+    """Continuous adjoint that integrates `y` backwards alongside the adjoint.
+
+    The backward pass solves the augmented system `(y, a, g)` from `t1` to `t0`
+    (`a = dL/dy`, `g = dL/dtheta`, see `References`), adding the cotangent of every
+    saved output to `a` where it was saved. `y` is re-anchored to the forward
+    solution wherever one is stored: at every `SaveAt(ts=...)` and
+    `SaveAt(steps=True)` output, and at every `max_steps // checkpoints`-th accepted
+    step, so it is never integrated backwards further than one interval.
+
+    Integrating a damped system backwards is unstable (a mode decaying at rate
+    1000 grows by e^1000 per time unit backwards). At every anchor the backward `y`
+    is measured against the forward one, `max |y_back - y| / (atol + rtol max |y|)`
+    per leaf of `y`, with the forward controller's `rtol, atol` (`1e-3` each if it
+    has none). Above `divergence_tol` the gradient is not returned: with
+    `throw=True` the backward pass raises `RESULTS.backsolve_diverged`'s message
+    (which names `InterpolatingAdjoint` and `CheckpointAdjoint`); with `throw=False`
+    every gradient of the solve is NaN. (The check runs in the backward pass, after
+    `Solution.result` exists, so NaN is how the failure travels; `jnp.isfinite` or
+    `jax.debug_nans` finds it.)
+
+    Args:
+        solver: Runge–Kutta method for the adjoint ODE; `None`: the forward solver.
+        stepsize_controller: `None` (default) steps exactly across the forward
+            pass's accepted step times (split at saved outputs): the backward pass
+            costs what the forward pass did, whatever the cotangent's size; a step
+            at the method's stability limit (stiff problems), where the adjoint's
+            fast modes carry an output's cotangent, is taken in halves. An adaptive
+            controller (e.g. `PIDController(rtol, atol)`) chooses its own steps
+            instead, bounded by the solve's `max_steps`.
+        checkpoints: forward states kept as anchors (`y` only). `None`: one per
+            accepted step if `max_steps` copies of `y` fit in `memory_budget`,
+            otherwise as many as fit.
+        memory_budget: bytes for anchors when `checkpoints=None` (default 128 MiB;
+            for the whole batch when the solve is traced inside `jax.vmap`).
+        seminorm: with an adaptive controller, leave `g` out of the error norm
+            (Kidger et al. 2021); controlling `g`'s error only ever adds steps.
+        divergence_tol: anchor distance beyond which the reconstruction has left the
+            forward solution (default 100: a `y` that far off perturbs the gradient by
+            about 100 `rtol`, relatively).
+        throw: `None` follows `diffeqsolve(throw=...)`.
+
+    Cost: one adjoint step (a VJP of the vector field per stage) per forward
+    accepted step and per saved output, plus one evaluation per output and anchor.
+    Memory: `max_steps + 1` step times and `checkpoints` copies of `y`; the adjoint
+    state `(y, a)` and `g` in the backward pass.
+    Works with `jax.grad`/`jax.vjp` and `jax.vmap`; not `jax.jvp` (use `ForwardMode`).
+
+    References:
+        Chen, Rubanova, Bettencourt & Duvenaud (2018), "Neural ordinary
+        differential equations", NeurIPS.
+        Kidger, Chen & Lyons (2021), "'Hey, that's not an ODE': faster ODE adjoints
+        via seminorms", ICML.
+    """
+
+    solver: AbstractRungeKutta | None = None
+    stepsize_controller: AbstractLoopController | None = None
+    checkpoints: int | None = None
+    memory_budget: int | None = None
+    seminorm: bool = True
+    divergence_tol: float = 100.0
+    throw: bool | None = None
+
+    def __check_init__(self):
+        check_checkpoints(self)
+        tol = self.divergence_tol
+        if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not tol > 0:
+            raise ValueError(
+                "`BacksolveAdjoint(divergence_tol=...)` must be a positive number (an "
+                f"anchor distance in units of the forward tolerance); got {tol!r}."
+            )
+
+    def integrates_y(self) -> bool:
+        return True
+
+    def diverged(self, sw: Sweep) -> jax.Array:
+        return ~(sw.worst <= self.divergence_tol)
+
+    def give_up_above(self) -> float:
+        return float(self.divergence_tol)
+
+    def tape_plan(self, integrator, problem, state0, max_steps):
+        c = self.checkpoints
+        if c is None:
+            budget = self.memory_budget or DEFAULT_MEMORY_BUDGET
+            per_anchor = batch_size(state0) * nbytes(state0.y)
+            c = int(min(max(budget // max(per_anchor, 1), 1), max_steps))
+        return TapePlan(every=ceil_div(max_steps, c), keep_k=False, keep_dense=False)
+
+    def sweep(self, ctx, field, sw, inputs):
+        return sweep_to(ctx, field, sw, inputs.tape.grid[0])

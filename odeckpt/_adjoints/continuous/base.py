@@ -1,0 +1,113 @@
+"""What the continuous adjoints share: `AbstractContinuousAdjoint`.
+
+Both differentiate a solve by solving the adjoint ODE backwards in time
+(optimise-then-discretise) instead of reversing the solver's own steps. The loop is a
+`filter_custom_vjp` over `(problem, state0)`: its forward pass is `forward_loop`,
+recording the accepted step times and anchors as it goes (`tape`); its backward pass
+sweeps the adjoint ODE from the end of the solve down to `t0` (`sweep`), adding the
+cotangent of every saved output at the time it was saved.
+
+Gradients flow to `y0`, to `args` and to arrays the vector field closes over (e.g. an
+equinox module's weights; `diffeqsolve` closure-converts the vector field). Not
+supported, each with an error naming `CheckpointAdjoint`: gradients with respect to
+`t0`, `t1` or `SaveAt(ts=...)`, and through `SaveAt(dense=True)` outputs. Forward mode
+(`jax.jvp`) is not available through a custom VJP: use `ForwardMode`.
+"""
+
+import abc
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from odeckpt._adjoints.base import AbstractAdjoint
+from odeckpt._controllers import AbstractLoopController
+from odeckpt._integrator import Integrator, Problem, State
+from odeckpt._solvers import AbstractRungeKutta
+
+from .adjoint_ode import AdjointField
+from .sweep import Sweep, SweepContext
+from .tape import TapePlan
+from .vjp import SweepInputs, continuous_loop
+
+
+def ceil_div(a: int, b: int) -> int:
+    """`ceil(a / b)` for positive integers."""
+    return -(-a // b)
+
+
+class AbstractContinuousAdjoint(AbstractAdjoint):
+    """The adjoint ODE solved backwards; subclasses choose where `y(t)` comes from."""
+
+    solver: eqx.AbstractVar[AbstractRungeKutta | None]
+    stepsize_controller: eqx.AbstractVar[AbstractLoopController | None]
+    seminorm: eqx.AbstractVar[bool]
+    throw: eqx.AbstractVar[bool | None]
+
+    def __check_init__(self):
+        name = type(self).__name__
+        if self.solver is not None and not isinstance(self.solver, AbstractRungeKutta):
+            raise ValueError(
+                f"`{name}(solver=...)` must be an explicit Runge–Kutta solver such as "
+                f"`Tsit5()`, or None (the forward solver); got {type(self.solver).__name__}."
+            )
+        controller = self.stepsize_controller
+        if controller is not None and not (
+            isinstance(controller, AbstractLoopController) and controller.adaptive
+        ):
+            raise ValueError(
+                f"`{name}(stepsize_controller=...)` must be an adaptive controller such "
+                "as `PIDController(rtol, atol)`, or None to step exactly across the "
+                f"forward pass's accepted step times; got {type(controller).__name__}."
+            )
+
+    def with_throw(self, throw: bool) -> "AbstractContinuousAdjoint":
+        """This adjoint, taking `throw` from `diffeqsolve` unless it sets its own."""
+        if self.throw is not None:
+            return self
+        return eqx.tree_at(lambda a: a.throw, self, throw, is_leaf=lambda x: x is None)
+
+    @abc.abstractmethod
+    def tape_plan(
+        self, integrator: Integrator, problem: Problem, state0: State, max_steps: int
+    ) -> TapePlan:
+        """What the forward pass records for this adjoint."""
+
+    @abc.abstractmethod
+    def sweep(
+        self, ctx: SweepContext, field: AdjointField, sw: Sweep, inputs: SweepInputs
+    ) -> Sweep:
+        """The backward sweep from the end of the solve down to `t0`."""
+
+    @abc.abstractmethod
+    def integrates_y(self) -> bool:
+        """Whether the backward pass integrates `y` (and so re-anchors it)."""
+
+    def diverged(self, sw: Sweep) -> jax.Array:
+        return jnp.asarray(False)
+
+    def give_up_above(self) -> float:
+        """The anchor distance at which the backward sweep stops early."""
+        return math.inf
+
+    def loop(self, integrator, problem, state0, max_steps):
+        name = type(self).__name__
+        if max_steps is None:
+            raise ValueError(
+                f"`{name}` needs a bounded loop: pass an integer `max_steps` "
+                "(`max_steps=None` only works with `adjoint=ForwardMode()`)."
+            )
+        solver = self.solver or integrator.solver
+        if not isinstance(solver, AbstractRungeKutta):
+            raise ValueError(
+                f"`{name}` solves the adjoint ODE with an explicit Runge–Kutta method; "
+                f"pass `{name}(solver=Tsit5())` to use one with {type(solver).__name__}."
+            )
+        if self.stepsize_controller is not None and solver.error_order is None:
+            raise ValueError(
+                f"`{name}(stepsize_controller=...)` needs a solver with an error "
+                f"estimate; {type(solver).__name__} has none: pass e.g. `solver=Tsit5()`."
+            )
+        plan = self.tape_plan(integrator, problem, state0, max_steps)
+        return continuous_loop(integrator, problem, state0, max_steps, self, plan)

@@ -1,0 +1,88 @@
+"""What a loop runs (`ForwardBody`, `LoopBody`), what it returns, and the records the
+checkpointed loop's passes share."""
+
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax
+
+
+class Emitter(eqx.Module):
+    """Writes `value(problem, record, j)` into row `j` of a buffer, for j in `span`."""
+
+    name: str = eqx.field(static=True)
+    span: Callable = eqx.field(static=True)  # (state, new_state) -> (lo, hi)
+    value: Callable = eqx.field(static=True)  # (problem, record, j) -> PyTree
+    size: int = eqx.field(static=True)
+
+
+class AbstractForwardBody(eqx.Module):
+    """What `forward_loop` calls: a step, the loop's condition, the emitters that write
+    the outputs, and an optional progress report. All static."""
+
+    # (problem, state, decisions=None) -> (new_state, record, accepted); with recorded
+    # `decisions`, the step is replayed: it takes them instead of deciding.
+    step: eqx.AbstractVar[Callable]
+    cond: eqx.AbstractVar[Callable]  # (problem, state) -> go on
+    emitters: eqx.AbstractVar[tuple[Emitter, ...]]
+    progress: eqx.AbstractVar[Callable | None]  # (problem, state0, state, i) -> None
+
+
+class ForwardBody(AbstractForwardBody):
+    """A body for `forward_loop` only (no reverse mode through the checkpointed loop)."""
+
+    step: Callable = eqx.field(static=True)
+    cond: Callable = eqx.field(static=True)
+    emitters: tuple[Emitter, ...] = eqx.field(static=True)
+    progress: Callable | None = eqx.field(static=True, default=None)
+
+
+class LoopBody(AbstractForwardBody):
+    """A body for `checkpointed_loop`: the forward body's functions, and those its reverse
+    mode needs to record, replay, store and restore steps. All static."""
+
+    step: Callable = eqx.field(static=True)
+    decisions: Callable = eqx.field(static=True)  # (new_state, accepted) -> decisions
+    skip: Callable = eqx.field(static=True)  # (problem, state, decisions) -> a rejected step
+    cond: Callable = eqx.field(static=True)
+    compress: Callable = eqx.field(static=True)  # state -> checkpoint
+    restore: Callable = eqx.field(static=True)  # (problem, checkpoint) -> state
+    emitters: tuple[Emitter, ...] = eqx.field(static=True)
+    progress: Callable | None = eqx.field(static=True, default=None)
+
+
+class LoopOutput(eqx.Module):
+    """The final state, the output buffers (one per emitter), and the steps taken."""
+
+    state: Any
+    buffers: tuple
+    num_steps: jax.Array
+
+
+class StepShapes(eqx.Module):
+    """Shapes and dtypes of what one step produces: its output record and recorded
+    decisions. Traced once per loop (tracing the step is most of a solve's trace time)."""
+
+    record: Any
+    decisions: Any
+
+
+def step_shapes(body: LoopBody, problem, state) -> StepShapes:
+    """The `StepShapes` of one step of `body` from `state`."""
+
+    def fn(problem, state):
+        new, record, accepted = body.step(problem, state)
+        return record, body.decisions(new, accepted)
+
+    return StepShapes(*eqx.filter_eval_shape(fn, problem, state))
+
+
+class Residuals(eqx.Module):
+    """What the checkpointed loop's forward pass leaves for its backward pass."""
+
+    n: jax.Array  # steps taken
+    decisions: object  # per step, what `body.decisions` recorded; a window of padding
+    store: object  # every state (store-all pass), padded like `decisions`; or None
+    slots: object  # compressed checkpoints (online pass), or None
+    slot_pos: jax.Array | None  # the step each slot holds (-1: empty); online pass only

@@ -1,0 +1,94 @@
+"""The records of the step pipeline: the loop state, what a step reads, what it
+records for a replay, and what it hands to the output writers.
+
+All times are the solver's internal time, which always increases.
+"""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import PyTree
+
+from odeckpt._controllers import AbstractLoopController, ControllerState
+from odeckpt._core import Args, Packed, Y
+from odeckpt._solvers import DenseStep
+from odeckpt._terms import AbstractTerm
+
+# Positions in `State.counts`.
+_ACCEPTED, _REJECTED, _SAVE_INDEX, _RESULT = range(4)
+
+
+def _counter(position: int, doc: str) -> property:
+    return property(lambda state: state.counts[position], doc=doc)
+
+
+def pack_counts(num_accepted, num_rejected, save_index, result) -> jax.Array:
+    """`State.counts` from its four values (in the order of the positions above)."""
+    values = (num_accepted, num_rejected, save_index, result)
+    return jnp.stack([jnp.asarray(v).astype(jnp.int32) for v in values])
+
+
+class State(eqx.Module):
+    """The loop state between two attempted steps.
+
+    The four int32 counters travel as one vector (`counts`): each step updates them
+    in one kernel instead of four (XLA's CPU runtime launches a kernel per value a
+    loop carries, and a step's own work on a small state is a dozen kernels)."""
+
+    t: jax.Array  # current time
+    t_next: jax.Array  # end of the next attempted step
+    y: Y
+    solver_state: PyTree  # e.g. f(t, y) for Runge–Kutta: recomputed on restore
+    controller: ControllerState
+    counts: jax.Array  # int32 (num_accepted, num_rejected, save_index, result)
+
+    num_accepted = _counter(_ACCEPTED, "Accepted steps so far.")
+    num_rejected = _counter(_REJECTED, "Rejected steps so far.")
+    save_index = _counter(_SAVE_INDEX, "The next row of `SaveAt(ts)` to fill.")
+    result = _counter(_RESULT, "The `RESULTS` code: 0 while the solve goes well.")
+
+    def with_result(self, result) -> "State":
+        return eqx.tree_at(lambda s: s.counts, self, self.counts.at[_RESULT].set(result))
+
+    def with_rejected_step(self, t_next) -> "State":
+        """This state after one more rejected step, whose next attempt ends at `t_next`."""
+        counts = self.counts.at[_REJECTED].add(1)
+        return eqx.tree_at(lambda s: (s.t_next, s.counts), self, (t_next, counts))
+
+
+class Checkpoint(eqx.Module):
+    """What a checkpoint stores: the state less `solver_state` (recomputed on restore),
+    its scalars packed into a few vectors (see `odeckpt._core.pack`)."""
+
+    y: Y
+    rest: Packed  # t, t_next, controller, counts
+
+
+class Problem(eqx.Module):
+    """The values a step reads; gradients flow to its floating leaves."""
+
+    term: AbstractTerm
+    args: Args
+    controller: AbstractLoopController  # the controller the loop runs (`for_solve`)
+    t1: jax.Array
+    t1_floor: jax.Array  # t1 less ~100 ulp: a step ending past it is clipped to t1
+    ts: jax.Array | None
+    # The number of steps when known before the solve (fixed steps, concrete times).
+    expected_steps: int | None = eqx.field(static=True, default=None)
+
+
+class RecordedDecisions(eqx.Module):
+    """A step's decisions, recorded in the forward pass and imposed when the step is
+    replayed (recomputed): floating-point reassociation in a recomputation must not
+    move the time grid (the error estimate amplifies ulp differences) or flip
+    accept/reject."""
+
+    accepted: jax.Array
+    t_next: jax.Array
+
+
+class Record(eqx.Module):
+    """What an accepted step hands to the output writers."""
+
+    dense: DenseStep
+    y1: Y
