@@ -28,6 +28,7 @@ from ._validate import (
     check_values,
     check_vector_field,
     floating_state,
+    known_direction,
 )
 
 
@@ -83,7 +84,7 @@ def diffeqsolve(
     check_times(t0, t1, dt0, ts)
     max_steps = None if max_steps is None else int(max_steps)
     tdtype = jnp.result_type(*[x for x in (t0, t1, dt0, saveat.ts) if x is not None], float)
-    direction = _direction(t0, t1)  # from the raw values: jnp.asarray traces under jit
+    direction = known_direction(t0, t1)  # from the raw values: jnp.asarray traces under jit
     check_vector_field(term, jnp.asarray(t0, tdtype), y0, args)
     y0, invalid = check_values(y0, args, t0, t1, dt0, ts, stepsize_controller, throw)
     span = (concrete(t0), concrete(t1))  # for error messages, when known at trace time
@@ -118,14 +119,6 @@ def diffeqsolve(
         return solution
     # Thread the error onto every output (not only `ys`): a dense-only solve has no `ys`.
     return raise_if_failed(solution, solution.result, out.state.t * sign, *span, max_steps or 0)
-
-
-def _direction(t0, t1):
-    """+1 (t0 to t1 increases) or -1 when t0, t1 are concrete; None when traced."""
-    c0, c1 = concrete(t0), concrete(t1)
-    if c0 is None or c1 is None:
-        return None
-    return 1 if c1 >= c0 else -1
 
 
 def _in_internal_time(term, direction, t0, t1, tdtype):

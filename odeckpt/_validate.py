@@ -289,6 +289,14 @@ def _direction(xp, t0, t1):
     return xp.where(t1 >= t0, 1, -1)
 
 
+def known_direction(t0, t1) -> int | None:
+    """+1 (t0 up to t1) or -1 when t0 and t1 are known at trace time; None when traced."""
+    c0, c1 = concrete(t0), concrete(t1)
+    if c0 is None or c1 is None:
+        return None
+    return int(_direction(np, c0, c1))
+
+
 def _dt0_against_direction(xp, t0, t1, dt0):
     return (dt0 == 0) | ((t1 != t0) & (xp.sign(dt0) != _direction(xp, t0, t1)))
 

@@ -263,3 +263,92 @@ def test_a_users_controller_needs_no_edit_in_the_core(t0, t1):
         assert steps == ref_steps == len(times) - 1
         np.testing.assert_allclose(value, ref, rtol=1e-12)
         np.testing.assert_allclose(grad, ref_grad, rtol=1e-10)
+
+
+TRACED_TWINS = {"_checkpointing/plan.py"}
+"""The traced online schedule mirrors `schedules/` name for name, on purpose: it is
+tested against it decision for decision (`tests/test_schedule_jax.py`)."""
+
+
+def _top_level_names(path: pathlib.Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    kinds = (ast.FunctionDef, ast.ClassDef)
+    return {node.name for node in tree.body if isinstance(node, kinds)}
+
+
+def test_one_meaning_per_name():
+    """No two modules define a top-level function or class of the same name (two
+    `_advance`s that do different things, or the same helper twice)."""
+    where: dict[str, list[str]] = {}
+    for p in _modules():
+        name = str(p.relative_to(PACKAGE))
+        if name in TRACED_TWINS:
+            continue
+        for defined in _top_level_names(p):
+            where.setdefault(defined, []).append(name)
+    clashes = {name: files for name, files in where.items() if len(files) > 1}
+    assert not clashes, clashes
+
+
+class _Normalised(ast.NodeTransformer):
+    """A function with its arguments and local names renamed in order of appearance."""
+
+    def __init__(self):
+        self.names: dict[str, str] = {}
+
+    def _rename(self, name: str) -> str:
+        return self.names.setdefault(name, f"v{len(self.names)}")
+
+    def visit_arg(self, node):
+        node.arg, node.annotation = self._rename(node.arg), None
+        return node
+
+    def visit_Name(self, node):
+        if node.id in self.names or isinstance(node.ctx, ast.Store):
+            node.id = self._rename(node.id)
+        return node
+
+
+def _body_shape(fn: ast.FunctionDef) -> tuple[str, int]:
+    """The function's arguments and body (docstring dropped) with its own names
+    normalised, and the body's size in AST nodes."""
+    fn = ast.parse(ast.unparse(fn)).body[0]
+    assert isinstance(fn, ast.FunctionDef)
+    body = fn.body[1:] if ast.get_docstring(fn) is not None else fn.body
+    size = sum(1 for stmt in body for _ in ast.walk(stmt))
+    normalise = _Normalised()
+    args = normalise.visit(fn.args)
+    body = [normalise.visit(stmt) for stmt in body]
+    return ast.dump(args) + "".join(ast.dump(stmt) for stmt in body), size
+
+
+def test_no_twin_helpers():
+    """No function repeats another's code under another name (`_store`/`_put`,
+    `_materialize`/`_materialise`): a rule lives in one place."""
+    seen: dict[str, list[str]] = {}
+    for p in _modules():
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.FunctionDef):
+                shape, size = _body_shape(node)
+                if size >= 12:  # a few nodes (`return self.x`) repeat harmlessly
+                    where = f"{p.relative_to(PACKAGE)}:{node.lineno} {node.name}"
+                    seen.setdefault(shape, []).append(where)
+    twins = [places for places in seen.values() if len(places) > 1]
+    assert not twins, twins
+
+
+def test_the_pipeline_validates_nothing_itself():
+    """Every input check and its message live in `_validate.py` (and the records'
+    own `__check_init__`): `diffeqsolve`'s module raises nothing."""
+    tree = ast.parse((PACKAGE / "_solve.py").read_text())
+    raises = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Raise)]
+    assert not raises, f"_solve.py raises at lines {raises}; move the check to _validate.py"
+
+
+def test_integrator_flags_are_keyword_only():
+    from odeckpt._integrator import Integrator
+
+    with pytest.raises(TypeError):
+        Integrator(oc.Tsit5(), 16, True, False, False, 3)  # pyright: ignore
+    Integrator(oc.Tsit5(), max_steps=16, save_ts=True, save_steps=False, save_dense=False,
+               num_ts=3)  # fmt: skip

@@ -279,7 +279,7 @@ def _run_window(body: LoopBody, problem, c: int, window: _Window, ct_buffers, pl
     return lax.while_loop(lambda carry: carry.going, iteration, init)
 
 
-class _Online(eqx.Module):
+class _OnlineBackward(eqx.Module):
     """The carry of the online backward pass."""
 
     plan: _Plan
@@ -294,14 +294,15 @@ def backward_online(body, problem, res: Residuals, ct_state, ct_buffers, c, w):
     A window of `w` steps at a time: the window before b when the state to start from
     lies within it, else the window the state in hand advances through."""
 
-    def window(carry: _Online):
+    def window(carry: _OnlineBackward):
         plan, hand = carry.plan, carry.hand
         pos = jnp.where(hand.held, hand.pos, _top(plan))
         start = jnp.minimum(pos, jnp.maximum(plan.b - w, 0))
         opened = _open_window(carry.slots, res.decisions, plan, start, w)
         done = _run_window(body, problem, c, opened, ct_buffers, _view(plan, w), hand, carry.ct)
         plan = _merge(plan, done.plan, c)
-        return _Online(plan, done.hand, _close_window(carry.slots, plan, done.window, c), done.ct)
+        slots = _close_window(carry.slots, plan, done.window, c)
+        return _OnlineBackward(plan, done.hand, slots, done.ct)
 
     like = eqx.filter_eval_shape(body.restore, problem, row(res.slots, 0))
     placeholder = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), like)
@@ -309,10 +310,10 @@ def backward_online(body, problem, res: Residuals, ct_state, ct_buffers, c, w):
     hand = _Hand(placeholder, zero, zero, jnp.asarray(False), jnp.asarray(False))
     plan = _initial_plan(res, c)
     ct = _Cotangents(tree_zeros_like(eqx.filter(problem, is_diff)), ct_state)
-    init = _Online(plan, hand, res.slots, ct)
+    init = _OnlineBackward(plan, hand, res.slots, ct)
     init = batched_like(init, (res, ct_state))
 
-    def cond(carry: _Online):
+    def cond(carry: _OnlineBackward):
         return any_in_batch(carry.plan.b > 0)  # see `checkpointed._any_going`
 
     out = lax.while_loop(cond, window, init)

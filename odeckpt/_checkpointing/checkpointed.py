@@ -199,7 +199,7 @@ def _online_schedule(c: int, max_steps: int, expected: int | None, w: int):
     return traced_plan.online_decide(traced_plan.online_init(c), 0), ahead
 
 
-class _Online(eqx.Module):
+class _OnlineForward(eqx.Module):
     """The carry of the forward pass that places checkpoints online."""
 
     state: object
@@ -216,7 +216,7 @@ def _forward_online(body, problem, state0, max_steps, c, expected, w, like: Step
     decisions = zero_rows(like.decisions, max_steps + w)
     (online, slot), ahead = _online_schedule(c, max_steps, expected, w)
 
-    def chunk(carry: _Online):
+    def chunk(carry: _OnlineForward):
         state, i = carry.state, carry.num_steps
         going = keep_going(body, problem, max_steps, state, i)
         slot = jnp.where(going & (carry.slot >= 0), carry.slot, c)
@@ -227,13 +227,14 @@ def _forward_online(body, problem, state0, max_steps, c, expected, w, like: Step
         run = _run(body, problem, state0, state, carry.buffers, i, length, keep_states=False,
                    w=w, like=like)  # fmt: skip
         decisions = flush(carry.decisions, i, run.decisions)
-        return _Online(run.state, run.buffers, i + run.taken, online, slot, slots, positions,
-                       decisions)  # fmt: skip
+        return _OnlineForward(run.state, run.buffers, i + run.taken, online, slot, slots,
+                              positions, decisions)  # fmt: skip
 
     slots = zero_rows(body.compress(state0), c)
     positions = jnp.full((c,), -1, jnp.int32)
-    init = _Online(state0, empty_buffers(body, problem, like.record), jnp.asarray(0, jnp.int32),
-                   online, slot, slots, positions, decisions)  # fmt: skip
+    buffers = empty_buffers(body, problem, like.record)
+    init = _OnlineForward(state0, buffers, jnp.asarray(0, jnp.int32), online, slot, slots,
+                          positions, decisions)  # fmt: skip
     cond = _any_going(body, problem, max_steps)
     out = lax.while_loop(cond, chunk, batched_like(init, state0))
     n = out.num_steps

@@ -99,7 +99,7 @@ class AbstractESDIRK(AbstractSolver):
     def step(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
         flat = la.flatten(term, y0, args)
         options = NewtonOptions(self.rtol, self.atol, self.max_iters)
-        ks, converged = _stages(self.tableau, flat, (term, y0, args), t0, dt, options)
+        ks, converged = _esdirk_stages(self.tableau, flat, (term, y0, args), t0, dt, options)
         h = dt.astype(flat.y.dtype)
         y1 = la.combine(flat.y, [h * b for b in self.tableau.b], ks)
         error = la.combine(jnp.zeros_like(flat.y), [h * e for e in self.tableau.b_err], ks)
@@ -120,7 +120,7 @@ class AbstractESDIRK(AbstractSolver):
         return jnp.stack([la.combine(zero, [h * x for x in row], ks) for row in rows])
 
 
-def _stages(tableau: tab.EsdirkTableau, flat: la.Flat, problem, t0, dt, options):
+def _esdirk_stages(tableau: tab.EsdirkTableau, flat: la.Flat, problem, t0, dt, options):
     """The slopes `k_1..k_s`, and whether every implicit stage converged.
 
     `problem = (term, y0, args)`. The Newton matrix is built from a copy with

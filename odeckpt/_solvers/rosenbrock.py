@@ -79,7 +79,7 @@ class AbstractRosenbrock(AbstractSolver):
     def step(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
         flat = la.flatten(term, y0, args)
         f0, jac, dfdt = self._linearise(flat, t0, y0, args)
-        ks, y1 = _stages(self.tableau, flat, t0, dt, f0, jac, dfdt)
+        ks, y1 = _rosenbrock_stages(self.tableau, flat, t0, dt, f0, jac, dfdt)
         error = la.combine(jnp.zeros_like(flat.y), self.tableau.m_err, ks)
         coeffs = self._dense(flat, t0, dt, f0, ks, y1) if dense else None
         return StepOutput(flat.unravel(y1), flat.unravel(error), (), coeffs)
@@ -118,7 +118,7 @@ class AbstractRosenbrock(AbstractSolver):
         return la.unravel_rows(flat, jnp.stack(rows))
 
 
-def _stages(tableau: tab.RosenbrockTableau, flat: la.Flat, t0, dt, f0, jac, dfdt):
+def _rosenbrock_stages(tableau: tab.RosenbrockTableau, flat: la.Flat, t0, dt, f0, jac, dfdt):
     """The stage increments `k_1..k_s` and `y1` (see `RosenbrockTableau`)."""
     h = dt.astype(flat.y.dtype)
     w_inverse = la.inverse(jnp.eye(jac.shape[0], dtype=jac.dtype) / (h * tableau.gamma) - jac)
