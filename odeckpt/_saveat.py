@@ -17,6 +17,8 @@ class SaveAt(eqx.Module):
         ts: save at these times (monotone in the direction of integration, inside
             `[t0, t1]`), by dense interpolation within the step that crosses each.
         steps: save after every accepted step (`max_steps` rows; unused rows are inf).
+            `True` or `False` (diffrax's `1` and `0` mean the same); every n-th step
+            for n > 1 is refused.
         dense: keep every step's interpolating polynomial, for `Solution.evaluate(t)`.
 
     Saved outputs live in write-only buffers outside the checkpointed loop state, so
@@ -30,6 +32,7 @@ class SaveAt(eqx.Module):
     dense: bool = False
 
     def __init__(self, *, t0=False, t1=False, ts=None, steps=False, dense=False):
+        steps = _every_step(steps)
         if ts is not None:
             ts = jnp.asarray(ts)
             if not jnp.issubdtype(ts.dtype, jnp.floating):
@@ -42,6 +45,19 @@ class SaveAt(eqx.Module):
                 "`SaveAt()` saves nothing: pass at least one of t0, t1, ts, steps, dense."
             )
         self.t0, self.t1, self.ts, self.steps, self.dense = t0, t1, ts, steps, dense
+
+
+def _every_step(steps) -> bool:
+    """`steps` as a bool: `True`/`False`, or diffrax's spelling `1`/`0` (every step /
+    none). Every n-th step for n > 1 is refused rather than read as `True`."""
+    if isinstance(steps, bool | np.bool_):
+        return bool(steps)
+    if isinstance(steps, int | np.integer) and steps in (0, 1):
+        return bool(steps)
+    raise ValueError(
+        f"`SaveAt(steps=...)` must be True or False; got {steps!r}. Saving every n-th "
+        "step is not supported: pass `steps=True` and take `sol.ys[n - 1::n]`."
+    )
 
 
 def _check_monotone(ts):

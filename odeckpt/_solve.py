@@ -77,13 +77,13 @@ def diffeqsolve(
             reached). See `docs/errors.md` for every case.
     """
     term = as_term(terms)
-    y0 = floating_state(y0)
     check_inputs(solver, stepsize_controller, adjoint, saveat, max_steps, dt0)
     no_ts = saveat.ts is None or saveat.ts.shape[0] == 0  # an empty ts saves no row
     ts = None if no_ts else saveat.ts
     check_times(t0, t1, dt0, ts)
     max_steps = None if max_steps is None else int(max_steps)
     tdtype = jnp.result_type(*[x for x in (t0, t1, dt0, saveat.ts) if x is not None], float)
+    y0 = floating_state(y0, tdtype)
     direction = known_direction(t0, t1)  # from the raw values: jnp.asarray traces under jit
     check_vector_field(term, jnp.asarray(t0, tdtype), y0, args)
     y0, invalid = check_values(y0, args, t0, t1, dt0, ts, stepsize_controller, throw)

@@ -26,8 +26,11 @@ from odeckpt._solvers import AbstractSolver
 from ._saveat import SaveAt
 
 
-def floating_state(y0):
-    """`y0` with array leaves; every leaf floating and of one dtype."""
+def floating_state(y0, time_dtype):
+    """`y0` with array leaves, every leaf floating and of one dtype.
+
+    Integer leaves are cast to that of the floating leaves, or to `time_dtype` when
+    there is none (`y0=1` solves in the time dtype, as in diffrax)."""
     leaves, treedef = jax.tree.flatten(y0)
     if not leaves:
         raise ValueError("`y0` is an empty PyTree; pass at least one floating array.")
@@ -40,18 +43,24 @@ def floating_state(y0):
                 "Solve for the real and imaginary parts as two leaves, `(y.real, y.imag)`, "
                 "with the vector field written on them."
             )
-        if not jnp.issubdtype(x.dtype, jnp.floating):
+        if not (jnp.issubdtype(x.dtype, jnp.floating) or _is_integer(x)):
             raise TypeError(
-                f"`y0` must hold floating arrays; leaf {name} has dtype {x.dtype}. "
-                "Convert it, e.g. `jnp.asarray(y0, dtype=float)`."
+                f"`y0` must hold floating (or integer) arrays; leaf {name} has dtype "
+                f"{x.dtype}. Convert it, e.g. `jnp.asarray(y0, dtype=float)`."
             )
-    dtypes = sorted({str(x.dtype) for x in arrays})
+    dtypes = sorted({str(x.dtype) for x in arrays if not _is_integer(x)})
     if len(dtypes) > 1:
         raise TypeError(
             f"`y0` mixes floating dtypes {dtypes}; use one dtype for every leaf "
             "(e.g. cast all to float64)."
         )
+    dtype = dtypes[0] if dtypes else time_dtype
+    arrays = [x.astype(dtype) if _is_integer(x) else x for x in arrays]
     return jax.tree.unflatten(treedef, arrays)
+
+
+def _is_integer(x) -> bool:
+    return jnp.issubdtype(x.dtype, jnp.integer)
 
 
 def check_inputs(solver, controller, adjoint, saveat, max_steps, dt0):

@@ -74,14 +74,11 @@ NAN_Y0 = {"a": Y0, "b": jnp.asarray([1.0, jnp.nan])}
 
 # The order and wording of these rows is that of docs/errors.md.
 STATE = [
-    Case("`y0` with an integer leaf", "TypeError",
-         "`y0` must hold floating arrays; leaf y0 has dtype int",
-         lambda: _solve(y0=jnp.asarray([1, 2]))),
     Case("`y0` with a complex leaf", "TypeError",
          "`y0` must hold real floating arrays; leaf y0 is complex (complex128)",
          lambda: _solve(y0=jnp.asarray([1.0 + 1.0j, 2.0], dtype=jnp.complex128))),
     Case("`y0` with a boolean leaf", "TypeError",
-         "`y0` must hold floating arrays; leaf [1] has dtype bool",
+         "`y0` must hold floating (or integer) arrays; leaf [1] has dtype bool",
          lambda: _solve(y0=(Y0, jnp.asarray([True])))),
     Case("`y0` mixing float32 and float64 leaves", "TypeError",
          "`y0` mixes floating dtypes ['float32', 'float64']",
@@ -181,6 +178,9 @@ TIMES = [
 SAVEAT = [
     Case("`SaveAt()` with nothing to save", "ValueError", "`SaveAt()` saves nothing",
          lambda: oc.SaveAt()),
+    Case("`SaveAt(steps=n)` with n > 1", "ValueError",
+         "`SaveAt(steps=...)` must be True or False; got 2. Saving every n-th step is not "
+         "supported", lambda: oc.SaveAt(steps=2)),
     Case("`SaveAt(ts)` with NaN or inf", "ValueError",
          "`SaveAt(ts=...)` must be finite; got ts[1]=nan.",
          lambda: oc.SaveAt(ts=jnp.asarray([0.1, jnp.nan, 0.9]))),

@@ -325,3 +325,24 @@ def test_many_save_times():
     sol = oc.diffeqsolve(lambda t, y, a: -y, oc.Tsit5(), 0.0, 1.0, 0.1, y0,
                          saveat=oc.SaveAt(ts=many), stepsize_controller=TIGHT)  # fmt: skip
     np.testing.assert_allclose(sol.ys[:, 0], jnp.exp(-many), rtol=1e-7)
+
+
+@pytest.mark.parametrize("t0, t1", [(0.0, 1.0), (1.0, 0.0)])
+def test_integer_y0_solves_in_the_time_dtype(t0, t1):
+    """`y0=1` (diffrax's first example) solves `y' = -y` in the time dtype; an integer
+    leaf beside float32 leaves takes float32."""
+    dt0 = 0.1 if t1 > t0 else -0.1
+    sol = oc.diffeqsolve(lambda t, y, a: -y, oc.Tsit5(), t0, t1, dt0, 1)
+    assert sol.ys.dtype == jnp.float64
+    np.testing.assert_allclose(sol.ys, [np.exp(t0 - t1)], rtol=1e-6)
+    y0 = (jnp.ones(2, jnp.float32), jnp.arange(3))
+    sol = oc.diffeqsolve(lambda t, y, a: jax.tree.map(jnp.negative, y), oc.Tsit5(), t0, t1,
+                         dt0, y0)  # fmt: skip
+    assert [y.dtype for y in sol.ys] == [jnp.float32, jnp.float32]
+    np.testing.assert_allclose(sol.ys[1][0], np.arange(3) * np.exp(t0 - t1), rtol=1e-5)
+
+
+def test_saveat_steps_takes_diffraxs_integer_spelling():
+    assert oc.SaveAt(steps=1).steps is True
+    assert oc.SaveAt(steps=0, t1=True).steps is False
+    assert oc.SaveAt(steps=np.True_).steps is True
