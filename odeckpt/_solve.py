@@ -61,7 +61,8 @@ def diffeqsolve(
         saveat: which outputs to save (`SaveAt`).
         stepsize_controller: `ConstantStepSize()`, `StepTo(ts)` or `PIDController(...)`.
         adjoint: how reverse mode runs (`CheckpointAdjoint()` by default).
-        max_steps: bound on attempted steps (accepted + rejected).
+        max_steps: bound on attempted steps (accepted + rejected); `None` for no bound
+            (forward solves and `ForwardMode`; reverse mode needs a bound).
         throw: raise if the solve fails; with `False` inspect `Solution.result`.
         progress_meter: `TextProgressMeter()` or `TqdmProgressMeter()` to report
             progress from inside the compiled loop; `None` (default) costs nothing.

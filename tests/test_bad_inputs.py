@@ -218,9 +218,9 @@ OPTIONS = [
          "`SaveAt(steps=True)` keeps one row per step, so it needs a bound: pass an integer "
          "`max_steps`",
          lambda: _solve(max_steps=None, adjoint=oc.ForwardMode(), saveat=oc.SaveAt(steps=True))),
-    Case("`max_steps=None` with `CheckpointAdjoint`", "ValueError",
-         "`CheckpointAdjoint` needs a bounded loop: pass an integer `max_steps`",
-         lambda: _solve(max_steps=None)),
+    Case("`max_steps=None` with `CheckpointAdjoint`, in reverse mode", "ValueError",
+         "`CheckpointAdjoint` cannot run reverse mode through a solve with `max_steps=None`",
+         lambda: jax.grad(lambda y0: jnp.sum(_solve(y0=y0, max_steps=None).ys))(Y0)),
     Case("`max_steps=None` with `InterpolatingAdjoint`", "ValueError",
          "`InterpolatingAdjoint` needs a bounded loop: pass an integer `max_steps`",
          lambda: _solve(max_steps=None, adjoint=oc.InterpolatingAdjoint())),

@@ -346,3 +346,21 @@ def test_saveat_steps_takes_diffraxs_integer_spelling():
     assert oc.SaveAt(steps=1).steps is True
     assert oc.SaveAt(steps=0, t1=True).steps is False
     assert oc.SaveAt(steps=np.True_).steps is True
+
+
+@pytest.mark.parametrize("controller", [oc.ConstantStepSize(), oc.PIDController(1e-8, 1e-8)])
+def test_unbounded_forward_solve_under_the_default_adjoint(controller):
+    """`max_steps=None` with `CheckpointAdjoint` runs the solve unbounded (the same steps
+    as a bounded one), also under `jax.jit` and `jax.vmap`; reverse mode is refused
+    (`test_bad_inputs`)."""
+
+    def solve(k, max_steps):
+        return oc.diffeqsolve(lambda t, y, k: -k * y, oc.Tsit5(), 0.0, 2.0, 0.01,
+                              jnp.ones(2), k, stepsize_controller=controller,
+                              max_steps=max_steps).ys  # fmt: skip
+
+    ks = jnp.asarray([0.5, 1.5])
+    unbounded = jax.jit(jax.vmap(lambda k: solve(k, None)))(ks)
+    bounded = jax.vmap(lambda k: solve(k, 4096))(ks)
+    np.testing.assert_array_equal(unbounded, bounded)
+    np.testing.assert_allclose(unbounded[:, 0, 0], np.exp(-2 * np.asarray(ks)), rtol=1e-6)

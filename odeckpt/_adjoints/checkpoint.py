@@ -2,7 +2,7 @@
 
 import jax
 
-from odeckpt._checkpointing import checkpointed_loop
+from odeckpt._checkpointing import checkpointed_loop, forward_only_loop
 from odeckpt._core import batch_size, nbytes
 from odeckpt._integrator import Integrator, State
 from odeckpt.schedules import beta
@@ -12,6 +12,12 @@ from .base import (
     STORE_EVERY_STEP_BYTES,
     AbstractAdjoint,
     check_checkpoints,
+)
+
+_UNBOUNDED = (
+    "`CheckpointAdjoint` cannot run reverse mode through a solve with `max_steps=None`: "
+    "its checkpoints need a bound on the steps. Pass an integer `max_steps`, or use "
+    "`adjoint=ForwardMode()` with `jax.jvp`/`jax.jacfwd`."
 )
 
 
@@ -64,7 +70,9 @@ class CheckpointAdjoint(AbstractAdjoint):
     pass. Under `jax.vmap` the rule counts the whole batch, read from the tracers when
     `diffeqsolve` is traced inside the `jax.vmap`; a solve compiled on its own and
     vmapped afterwards (`jax.vmap(jax.jit(solve))`) is sized per batch element. Works
-    with `jax.grad`/`jax.vjp`; use `ForwardMode` for `jax.jvp`.
+    with `jax.grad`/`jax.vjp`; use `ForwardMode` for `jax.jvp`. With `max_steps=None`
+    the solve runs without a bound, for the forward pass only: reverse mode through it
+    raises a `ValueError` saying so.
 
     References:
         Griewank & Walther (2000), "Algorithm 799: Revolve", ACM TOMS 26(1).
@@ -100,11 +108,8 @@ class CheckpointAdjoint(AbstractAdjoint):
         return int(min(fit, max(useful_checkpoints(max_steps), 2)))
 
     def loop(self, integrator, problem, state0, max_steps):
-        if max_steps is None:
-            raise ValueError(
-                "`CheckpointAdjoint` needs a bounded loop: pass an integer `max_steps` "
-                "(`max_steps=None` only works with `adjoint=ForwardMode()`)."
-            )
+        if max_steps is None:  # a forward solve only: reverse mode would need a bound
+            return forward_only_loop(integrator.body(), problem, state0, _UNBOUNDED)
         c = self.num_checkpoints(integrator, state0, max_steps)
         expected = problem.expected_steps
         return checkpointed_loop(integrator.body(), problem, state0, max_steps, c, expected)

@@ -43,5 +43,5 @@ from .body import (
     LoopOutput as LoopOutput,
 )
 from .checkpointed import checkpointed_loop as checkpointed_loop
-from .forward import forward_loop as forward_loop
+from .forward import forward_loop as forward_loop, forward_only_loop as forward_only_loop
 from .window import SMALL_STATE_BYTES as SMALL_STATE_BYTES

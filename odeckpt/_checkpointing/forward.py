@@ -1,9 +1,12 @@
-"""The plain loop, `forward_loop`, and the output writing every forward pass shares."""
+"""The plain loop, `forward_loop` (and `forward_only_loop`, the same without a bound and
+without reverse mode), and the output writing every forward pass shares."""
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jax import lax
+
+from odeckpt._core import as_arrays
 
 from .body import AbstractForwardBody, Emitter, LoopOutput
 
@@ -69,3 +72,27 @@ def forward_loop(body: AbstractForwardBody, problem, state0, max_steps: int | No
     init = _Carry(state0, empty_buffers(body, problem, record), jnp.asarray(0, jnp.int32))
     out = lax.while_loop(cond, step, init)
     return LoopOutput(out.state, out.buffers, out.num_steps)
+
+
+def forward_only_loop(body: AbstractForwardBody, problem, state0, message: str) -> LoopOutput:
+    """`forward_loop` without a bound on the steps, for a solve that reverse mode must
+    not go through: its VJP raises `ValueError(message)` when reverse mode reaches it
+    (at trace time), instead of failing inside JAX."""
+    return _forward_only((problem, state0), body, message)
+
+
+@eqx.filter_custom_vjp
+def _forward_only(vjp_arg, body, message):
+    problem, state0 = as_arrays(vjp_arg)
+    return forward_loop(body, problem, state0, None)
+
+
+@_forward_only.def_fwd
+def _forward_only_fwd(perturbed, vjp_arg, body, message):
+    problem, state0 = as_arrays(vjp_arg)
+    return forward_loop(body, problem, state0, None), None
+
+
+@_forward_only.def_bwd
+def _forward_only_bwd(residuals, grad_obj, perturbed, vjp_arg, body, message):
+    raise ValueError(message)

@@ -96,7 +96,8 @@ class AbstractContinuousAdjoint(AbstractAdjoint):
         if max_steps is None:
             raise ValueError(
                 f"`{name}` needs a bounded loop: pass an integer `max_steps` "
-                "(`max_steps=None` only works with `adjoint=ForwardMode()`)."
+                "(`max_steps=None` works with `ForwardMode()`, and with `CheckpointAdjoint()` "
+                "for a solve that is not differentiated in reverse mode)."
             )
         solver = self.solver or integrator.solver
         if not isinstance(solver, AbstractRungeKutta):
