@@ -14,7 +14,7 @@ from odeckpt._controllers import (
     expected_step_count,
     t1_floor,
 )
-from odeckpt._core import RESULTS, concrete, raise_if_failed
+from odeckpt._core import RESULTS, as_arrays, concrete, raise_if_failed
 from odeckpt._integrator import Integrator, Problem
 from odeckpt._solvers import AbstractSolver
 
@@ -78,6 +78,10 @@ def diffeqsolve(
             reached). See `docs/errors.md` for every case.
     """
     term = as_term(terms)
+    # Integers in `args` under `jax.grad(..., allow_int=True)` arrive as typed Python
+    # scalars, which the loops' custom VJPs see as arrays: the vector field is traced
+    # (closure-converted) with them as arrays too.
+    args = as_arrays(args)
     check_inputs(solver, stepsize_controller, adjoint, saveat, max_steps, dt0)
     no_ts = saveat.ts is None or saveat.ts.shape[0] == 0  # an empty ts saves no row
     ts = None if no_ts else saveat.ts

@@ -364,3 +364,23 @@ def test_unbounded_forward_solve_under_the_default_adjoint(controller):
     bounded = jax.vmap(lambda k: solve(k, 4096))(ks)
     np.testing.assert_array_equal(unbounded, bounded)
     np.testing.assert_allclose(unbounded[:, 0, 0], np.exp(-2 * np.asarray(ks)), rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "adjoint",
+    [oc.CheckpointAdjoint(), oc.CheckpointAdjoint(checkpoints=2), oc.InterpolatingAdjoint(),
+     oc.BacksolveAdjoint()],
+    ids=["store-all", "c=2", "interpolating", "backsolve"],
+)  # fmt: skip
+def test_python_int_in_args_under_grad_allow_int(adjoint):
+    """`args=(k, n)` with a Python int `n`, differentiated with `allow_int=True` (as
+    diffrax's tests do): `n`'s cotangent is float0, `k`'s the closed form."""
+
+    def loss(args):
+        sol = oc.diffeqsolve(lambda t, y, a: -a[0] * a[1] * y, oc.Tsit5(), 0.0, 1.0, 0.01,
+                             jnp.ones(2), args, adjoint=adjoint)  # fmt: skip
+        return jnp.sum(sol.ys)
+
+    dk, dn = jax.grad(loss, allow_int=True)((2.0, 3))
+    assert dn.dtype == jax.dtypes.float0
+    np.testing.assert_allclose(dk, -2 * 3 * np.exp(-6.0), rtol=1e-6)
