@@ -28,7 +28,9 @@ class DenseInterpolation(eqx.Module):
             return jax.vmap(self.evaluate)(t)
         tau = self.direction * t
         ends = jnp.where(
-            jnp.arange(self.steps.t1.shape[0]) < self.num_steps, self.steps.t1, jnp.inf
+            jnp.arange(self.steps.t1.shape[0], dtype=jnp.int32) < self.num_steps,
+            self.steps.t1,
+            jnp.inf,
         )
         i = jnp.clip(
             jnp.searchsorted(ends, tau, side="left"), 0, jnp.maximum(self.num_steps - 1, 0)

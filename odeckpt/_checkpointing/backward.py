@@ -86,7 +86,9 @@ def _initial_plan(res: Residuals, c: int) -> _Plan:
     valid = res.slot_pos >= 0
     order = jnp.argsort(jnp.where(valid, res.slot_pos, jnp.iinfo(jnp.int32).max))
     count = jnp.sum(valid).astype(jnp.int32)
-    stack_pos = jnp.where(jnp.arange(c) < count, res.slot_pos[order], -1).astype(jnp.int32)
+    stack_pos = jnp.where(jnp.arange(c, dtype=jnp.int32) < count, res.slot_pos[order], -1).astype(
+        jnp.int32
+    )
     return _Plan(res.n, count, stack_pos, order.astype(jnp.int32), jnp.asarray(0, jnp.int32))
 
 
@@ -100,7 +102,7 @@ def _view(plan: _Plan, w: int) -> _Plan:
     carry this instead of the c-long stack, so that their buffers stay small for any c
     (see `odeckpt._checkpointing.window`)."""
     base = jnp.maximum(plan.count - (w + 1), 0)
-    k = jnp.arange(2 * w + 1)
+    k = jnp.arange(2 * w + 1, dtype=jnp.int32)
     live = k < plan.count - base
     index = jnp.minimum(base + k, plan.stack_pos.shape[0] - 1)
     pos = jnp.where(live, plan.stack_pos[index], -1)
@@ -111,12 +113,12 @@ def _view(plan: _Plan, w: int) -> _Plan:
 def _merge(plan: _Plan, view: _Plan, c: int) -> _Plan:
     """The whole stack after a window's work on `view`; checkpoints pushed in the
     window take free slots (those of no live checkpoint)."""
-    k = jnp.arange(view.stack_pos.shape[0])
+    k = jnp.arange(view.stack_pos.shape[0], dtype=jnp.int32)
     index = jnp.where(k < view.count, view.base + k, c)
     stack_pos = plan.stack_pos.at[index].set(view.stack_pos, mode="drop")
     stack_slot = plan.stack_slot.at[index].set(view.stack_slot, mode="drop")
     count = view.base + view.count
-    live = jnp.arange(c) < count
+    live = jnp.arange(c, dtype=jnp.int32) < count
     held = jnp.where(live & (stack_slot >= 0), stack_slot, c)
     unused = jnp.ones((c,), bool).at[held].set(False, mode="drop")
     # free[k]: the k-th unused slot (a scatter by rank: no sort, O(c) per window)
@@ -134,7 +136,7 @@ def _push(plan: _Plan, pos, push) -> _Plan:
                           plan.stack_pos)  # fmt: skip
     stack_slot = jnp.where(push, plan.stack_slot.at[plan.count].set(-1, mode="drop"),
                            plan.stack_slot)  # fmt: skip
-    return _Plan(plan.b, plan.count + push, stack_pos, stack_slot, plan.base)
+    return _Plan(plan.b, plan.count + push.astype(jnp.int32), stack_pos, stack_slot, plan.base)
 
 
 def _segment(plan: _Plan, top, c: int):
@@ -175,7 +177,7 @@ class _Window(eqx.Module):
 def _window_entries(plan: _Plan, start, w: int):
     """The stack entries whose checkpoints lie in the window from `start`: the top `w`
     entries at most. Returns their stack indices, rows and a validity mask."""
-    k = plan.count - 1 - jnp.arange(w)
+    k = plan.count - 1 - jnp.arange(w, dtype=jnp.int32)
     index = jnp.maximum(k, 0)
     rows = plan.stack_pos[index] - start
     return index, rows, (k >= 0) & (rows >= 0) & (rows < w)
@@ -260,7 +262,7 @@ def _run_window(body: LoopBody, problem, c: int, window: _Window, ct_buffers, pl
         b = plan.b - 1
         decisions = row(window.decisions, b - window.start)
         ct = _reversed(body, problem, hand.state, decisions, ct, ct_buffers)
-        count = plan.count - (_top(plan) == b)
+        count = plan.count - (_top(plan) == b).astype(jnp.int32)
         return _Plan(b, count, plan.stack_pos, plan.stack_slot, plan.base), ct
 
     def iteration(carry: _InWindow):

@@ -123,7 +123,9 @@ def _level_up(state: OnlineState, i: jax.Array) -> OnlineState:
     up = t[3, c] <= i + 1
     raised = jnp.stack([t[1], t[2], t[3], _cumsum_saturated(t[3])])
     return eqx.tree_at(
-        lambda st: (st.table, st.rho), state, (jnp.where(up, raised, t), state.rho + up)
+        lambda st: (st.table, st.rho),
+        state,
+        (jnp.where(up, raised, t), state.rho + up.astype(_I32)),
     )
 
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-from odeckpt._core import RESULTS
+from odeckpt._core import RESULTS, promoted
 
 from .base import AbstractLoopController, ControllerState, Decision, rms_norm
 
@@ -78,7 +78,7 @@ class PIDController(AbstractLoopController):
         f2 = _power(state.prev_inv_error, -(self.pcoeff + 2 * self.dcoeff) / k)
         f3 = _power(state.prev_prev_inv_error, self.dcoeff / k)
         factor = jnp.clip(
-            self.safety * f1 * f2 * f3,
+            _product(self.safety * f1, f2, f3),
             jnp.where(accept, 1.0, self.factormin),
             jnp.where(accept, self.factormax, self.safety),
         )
@@ -86,7 +86,7 @@ class PIDController(AbstractLoopController):
         dt_next, at_dtmin, result = self._clip(dt * factor.astype(dt.dtype), state, factor)
         dtype = state.prev_inv_error.dtype  # the carried dtype, e.g. float64 for float32 y
         new_state = ControllerState(
-            prev_inv_error=jnp.where(accept, inv, state.prev_inv_error).astype(dtype),
+            prev_inv_error=jnp.where(accept, *promoted(inv, state.prev_inv_error)).astype(dtype),
             prev_prev_inv_error=jnp.where(
                 accept, state.prev_inv_error, state.prev_prev_inv_error
             ).astype(dtype),
@@ -111,6 +111,16 @@ class PIDController(AbstractLoopController):
             at_dtmin = dt <= self.dtmin
             dt = jnp.maximum(dt, self.dtmin)
         return dt, at_dtmin, result
+
+
+def _product(*factors):
+    """`factors[0] * factors[1] * ...`, each product cast as standard promotion casts
+    it (the error terms may be float32 from `y`, the carried ones float64)."""
+    product = factors[0]
+    for factor in factors[1:]:
+        a, b = promoted(product, factor)
+        product = a * b
+    return product
 
 
 def _power(x, exponent):

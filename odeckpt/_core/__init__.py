@@ -6,6 +6,7 @@ subpackage uses. Imports nothing from the rest of odeckpt.
 - `concrete`: telling trace-time constants from traced values.
 - `batching`: primitives with their own `jax.vmap` rules for the loops.
 - `pack`: scalars packed into short vectors (the checkpoint record's layout).
+- `promotion`: explicit casts to the dtype standard promotion gives (strict mode).
 - `tree`: PyTree helpers: buffer rows, symbolic-zero cotangents, sizes, finiteness.
 """
 
@@ -18,6 +19,7 @@ from .batching import (
 from .concrete import concrete as concrete
 from .custom_types import Args as Args, RealScalarLike as RealScalarLike, Y as Y
 from .pack import Packed as Packed, pack as pack, unpack as unpack
+from .promotion import promoted as promoted
 from .results import (
     RESULTS as RESULTS,
     failure_index as failure_index,

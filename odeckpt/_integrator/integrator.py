@@ -139,7 +139,8 @@ class Integrator(eqx.Module):
             y=_select(accepted, out.y1, state.y),
             solver_state=_select(accepted, out.state, state.solver_state),
             controller=controller,
-            counts=pack_counts(state.num_accepted + accepted, state.num_rejected + ~accepted,
+            counts=pack_counts(state.num_accepted + accepted.astype(jnp.int32),
+                               state.num_rejected + (~accepted).astype(jnp.int32),
                                self._save_index(problem, t, state.save_index), result),
         )  # fmt: skip
         record = Record(DenseStep(state.t, state.t_next, state.y, out.coeffs), out.y1)

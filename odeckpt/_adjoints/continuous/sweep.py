@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from odeckpt._controllers import AbstractLoopController, ControllerState
-from odeckpt._core import RESULTS, Y, batch_cond, row
+from odeckpt._core import RESULTS, Y, batch_cond, promoted, row
 from odeckpt._solvers import ButcherTableau
 
 from .adjoint_ode import AdjointField, AdjointStep, Flow, Slopes, adjoint_rk_step, anchor_distance
@@ -167,7 +167,9 @@ def _too_stiff(ctx: SweepContext, sw: Sweep, step: AdjointStep, dt) -> jax.Array
         jnp.concatenate([jnp.ravel(x) for x in jax.tree.leaves(t)]) for t in step.probe
     )
     size = jnp.sqrt(jnp.sum(d_flow**2))
-    rho_h = dt * jnp.sqrt(jnp.sum(d_slope**2)) / jnp.where(size > 0, size, 1.0)
+    # dt may be float64 against a float32 state: cast as standard promotion does
+    rho_h = jnp.multiply(*promoted(dt, jnp.sqrt(jnp.sum(d_slope**2))))
+    rho_h = jnp.divide(*promoted(rho_h, jnp.where(size > 0, size, 1.0)))
     scale = jnp.max(jnp.stack([jnp.max(jnp.abs(x)) for x in jax.tree.leaves(sw.flow)]))
     visible = jnp.max(jnp.abs(d_flow)) > ctx.atol + ctx.rtol * scale
     return (rho_h > ctx.stiff_limit) & visible & (dt > 1e-12 * jnp.maximum(jnp.abs(sw.tau), 1))
