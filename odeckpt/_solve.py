@@ -14,7 +14,7 @@ from odeckpt._controllers import (
     expected_step_count,
     t1_floor,
 )
-from odeckpt._core import RESULTS, as_arrays, concrete, raise_if_failed
+from odeckpt._core import RESULTS, as_arrays, concrete, promoted_dtype, raise_if_failed
 from odeckpt._integrator import Integrator, Problem
 from odeckpt._solvers import AbstractSolver
 
@@ -87,7 +87,7 @@ def diffeqsolve(
     ts = None if no_ts else saveat.ts
     check_times(t0, t1, dt0, ts)
     max_steps = None if max_steps is None else int(max_steps)
-    tdtype = jnp.result_type(*[x for x in (t0, t1, dt0, saveat.ts) if x is not None], float)
+    tdtype = promoted_dtype(*[x for x in (t0, t1, dt0, saveat.ts) if x is not None], float)
     y0 = floating_state(y0, tdtype)
     direction = known_direction(t0, t1)  # from the raw values: jnp.asarray traces under jit
     check_vector_field(term, jnp.asarray(t0, tdtype), y0, args)

@@ -115,7 +115,8 @@ VECTOR_FIELD = [
     Case("vector field returns another floating dtype", "TypeError",
          "The vector field must return `y`'s dtype; for leaf ['x'] `f(t0, y0, args)` "
          "returned float64, but `y0` is float32.",
-         lambda: _solve(f=lambda t, y, a: {"x": y["x"] * jnp.cos(t)}, y0={"x": F32})),
+         lambda: _solve(f=lambda t, y, a: {"x": y["x"].astype(jnp.float64) * jnp.cos(t)},
+                        y0={"x": F32})),
     Case("vector field returns a Python scalar", "TypeError",
          "The vector field must return arrays; for leaf y0 `f(t0, y0, args)` returned a float.",
          lambda: _solve(f=lambda t, y, a: -1.0, y0=jnp.asarray(1.0))),

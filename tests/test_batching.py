@@ -43,10 +43,10 @@ def test_batched_like_gives_the_same_loop_result_under_vmap():
     def solve(x):
         def body(carry):
             i, acc = carry
-            return i + 1, acc + x * i
+            return i + 1, acc + x * i.astype(x.dtype)
 
         init = batched_like((jnp.asarray(0), jnp.asarray(0.0)), x)
-        return lax.while_loop(lambda c: c[0] < 5 + (x > 1), body, init)[1]
+        return lax.while_loop(lambda c: c[0] < jnp.where(x > 1, 6, 5), body, init)[1]
 
     xs = jnp.asarray([0.5, 1.5, 2.0])
     np.testing.assert_allclose(jax.vmap(solve)(xs), [solve(x) for x in xs])

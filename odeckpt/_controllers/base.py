@@ -24,7 +24,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from odeckpt._core import Y
+from odeckpt._core import Y, promoted_dtype
 
 
 def rms_norm(x: Y) -> jax.Array:
@@ -32,7 +32,7 @@ def rms_norm(x: Y) -> jax.Array:
     leaves = [jnp.ravel(jnp.abs(leaf)) for leaf in jax.tree.leaves(x)]
     if not leaves:
         return jnp.asarray(0.0)
-    dtype = jnp.result_type(*leaves)
+    dtype = promoted_dtype(*leaves)
     flat = jnp.concatenate([leaf.astype(dtype) for leaf in leaves])
     return jnp.sqrt(jnp.mean(flat**2))
 

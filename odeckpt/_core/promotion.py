@@ -10,12 +10,17 @@ import jax
 import jax.numpy as jnp
 
 
+def promoted_dtype(*values) -> jnp.dtype:
+    """`jnp.result_type(*values)` under standard promotion, whatever the mode."""
+    with jax.numpy_dtype_promotion("standard"):
+        return jnp.result_type(*values)
+
+
 def promoted(*values) -> tuple[jax.Array, ...]:
     """`values` as arrays of the dtype JAX's standard promotion gives them together.
 
     Only those of another dtype are cast, so weakly typed values (Python scalars) keep
     their weak type where the dtype already agrees, as under standard promotion."""
-    with jax.numpy_dtype_promotion("standard"):
-        dtype = jnp.result_type(*values)
+    dtype = promoted_dtype(*values)
     arrays = [jnp.asarray(v) for v in values]
     return tuple(a if a.dtype == dtype else a.astype(dtype) for a in arrays)

@@ -15,6 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from odeckpt._core import promoted_dtype
+
 from . import _fd
 from ._fd_target import Target
 
@@ -102,7 +104,7 @@ def full_check(target: Target, ad: str, order: int, scale, batch_size):
     index = np.concatenate(
         [np.broadcast_to(np.arange(p.shape[-1]), p.shape).ravel() for p in points]
     )
-    values = jnp.asarray(np.concatenate([p.ravel() for p in points]), jnp.result_type(*leaves))
+    values = jnp.asarray(np.concatenate([p.ravel() for p in points]), promoted_dtype(*leaves))
     value, grads, f = _full_program(
         target.scalar_fn, ad, batch_size, leaves, jnp.asarray(leaf_id, jnp.int32),
         jnp.asarray(index, jnp.int32), values,
@@ -154,7 +156,7 @@ def directional_check(
         nominal, predicted = _dot(grads, dirs), _dot(grads, tangents)
     delta = np.broadcast_to(2 * t[:, None], (t.size, n))
     est = _fd.extrapolate(f[0], f[1], predicted, delta, target.out_eps)
-    dtype = str(jnp.result_type(*leaves))
+    dtype = str(promoted_dtype(*leaves))
     leaf = RawLeaf("directions", (n,), dtype, nominal, nominal + est.residual, est.error, eps)
     return float(value), [leaf], int(f.size)
 
