@@ -2,14 +2,43 @@
 
 `ODECKPT_DTYPE_PROMOTION=strict` runs the suite under JAX's strict dtype promotion
 (`jax_numpy_dtype_promotion="strict"`); the default is JAX's standard promotion.
+
+Every program XLA's CPU backend compiles keeps its code mapped (about a hundred memory
+maps each) for as long as JAX caches it. A test worker compiles thousands of programs,
+and past the kernel's limit on a process's maps (`vm.max_map_count`, 65530 by default)
+the next compilation crashes the worker. So the caches are cleared whenever a test
+leaves the worker with more than `MAX_MAPS` maps.
 """
 
+import gc
 import os
+import pathlib
 
 import jax
+import pytest
 
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_rank_promotion", "raise")
 jax.config.update(
     "jax_numpy_dtype_promotion", os.environ.get("ODECKPT_DTYPE_PROMOTION", "standard")
 )
+
+MAX_MAPS = 20_000
+_MAPS = pathlib.Path("/proc/self/maps")
+
+
+def _maps() -> int:
+    """The process's memory maps (0 where `/proc` does not say)."""
+    try:
+        with _MAPS.open() as f:
+            return sum(1 for _ in f)
+    except OSError:
+        return 0
+
+
+@pytest.fixture(autouse=True)
+def _release_compiled_programs():
+    yield
+    if _maps() > MAX_MAPS:
+        jax.clear_caches()
+        gc.collect()

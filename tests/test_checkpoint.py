@@ -220,8 +220,12 @@ def test_float32_gradients():
 
 
 def test_max_steps_none_is_rejected_in_reverse_mode():
-    with pytest.raises(ValueError, match="needs a bounded loop"):
-        oc.diffeqsolve(_linear, oc.Tsit5(), 0.0, 1.0, 0.1, Y0, args=A, max_steps=None)
+    def loss(y0):
+        sol = oc.diffeqsolve(_linear, oc.Tsit5(), 0.0, 1.0, 0.1, y0, args=A, max_steps=None)
+        return jnp.sum(sol.ys)
+
+    with pytest.raises(ValueError, match="cannot run reverse mode through a solve with"):
+        jax.grad(loss)(Y0)
 
 
 def test_bad_checkpoint_count_is_rejected():

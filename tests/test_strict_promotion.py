@@ -1,5 +1,7 @@
-"""Strict dtype promotion (`jax_numpy_dtype_promotion="strict"`): every solve and
-gradient runs under it, and gives bit for bit what standard promotion gives.
+"""Strict dtype promotion (`jax_numpy_dtype_promotion="strict"`): the solves and
+gradients below (explicit and stiff solvers, every controller and adjoint, float32 and
+float64, both time directions) run under it, and give bit for bit what standard
+promotion gives.
 
 Each case is one function of no arguments, run once under each promotion mode (as
 its own trace, since the mode is read at trace time)."""
