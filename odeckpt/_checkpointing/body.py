@@ -11,7 +11,6 @@ import jax
 class Emitter(eqx.Module):
     """Writes `value(problem, record, j)` into row `j` of a buffer, for j in `span`."""
 
-    name: str = eqx.field(static=True)
     span: Callable = eqx.field(static=True)  # (state, new_state) -> (lo, hi)
     value: Callable = eqx.field(static=True)  # (problem, record, j) -> PyTree
     size: int = eqx.field(static=True)

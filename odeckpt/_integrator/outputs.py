@@ -38,11 +38,11 @@ def emitters(
     """The emitters of the requested outputs, in the order of `Outputs`' fields."""
     out = []
     if save_ts:
-        out.append(Emitter("ts", _ts_span, _ts_value, num_ts))
+        out.append(Emitter(_ts_span, _ts_value, num_ts))
     if save_steps:
-        out.append(Emitter("steps", _step_span, _step_value, max_steps))
+        out.append(Emitter(_step_span, _step_value, max_steps))
     if save_dense:
-        out.append(Emitter("dense", _step_span, _dense_value, max_steps))
+        out.append(Emitter(_step_span, _dense_value, max_steps))
     return tuple(out)
 
 

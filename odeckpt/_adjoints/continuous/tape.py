@@ -106,8 +106,7 @@ def _taped_body(integrator: Integrator, plan: TapePlan) -> ForwardBody:
         return (new, _record_step(tape, state, new, record, accepted)), record, accepted
 
     emitters = tuple(
-        Emitter(e.name, lambda s, n, e=e: e.span(s[0], n[0]), e.value, e.size)
-        for e in body.emitters
+        Emitter(lambda s, n, e=e: e.span(s[0], n[0]), e.value, e.size) for e in body.emitters
     )
     cond = lambda problem, carry: body.cond(problem, carry[0])  # noqa: E731
     progress = None
