@@ -373,6 +373,8 @@ class Sensitivities:
 
 def flat_args(problem: ODEProblem) -> tuple[np.ndarray, Callable]:
     """`args` raveled to a float64 vector (empty for `None`), and its inverse."""
+    if not jax.tree.leaves(problem.args):  # ravel_pytree would give float32 for nothing
+        return np.zeros(0), lambda q: problem.args
     flat, unravel = jax.flatten_util.ravel_pytree(
         jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), problem.args)
     )

@@ -91,7 +91,7 @@ def test_online_decide_inside_while_loop():
     def body(carry):
         state, i, stored = carry
         state, slot = J.online_decide(state, i)
-        return state, i + 1, stored + (slot >= 0)
+        return state, i + 1, stored + (slot >= 0).astype(jnp.int32)
 
     init = (J.online_init(c), jnp.asarray(0, jnp.int32), jnp.asarray(0, jnp.int32))
     state, _, stored = jax.jit(lambda: lax.while_loop(lambda x: x[1] < n, body, init))()

@@ -127,7 +127,7 @@ def test_dense_output_convergence(name, dense_order, num_steps):
     problem = HARMONIC
     span = problem.t1 - problem.t0
     # Query points that fall at varying positions inside the steps of every solve.
-    tq = problem.t0 + span * (jnp.arange(1, 60) + 0.37) / 61
+    tq = problem.t0 + span * (jnp.arange(1.0, 60.0) + 0.37) / 61
     solver = SOLVERS[name]()
     ys = _solve_each(problem, solver, num_steps, oc.SaveAt(dense=True), lambda s: s.evaluate(tq))
     errors = np.abs(ys - reference(problem, tq)).max(axis=(-1, -2))

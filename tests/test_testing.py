@@ -260,7 +260,7 @@ def test_float32_leaves_stay_float32_with_x64_enabled(mode):
 def test_each_leaf_is_held_to_its_working_precision():
     # the output is float64: the float32 leaf limits the FD to float32 precision
     params = {"a": point(jnp.float32), "b": point(jnp.float64)}
-    leaves = oct.check_grads(lambda p: jnp.sum(p["a"] * p["b"]), params).leaves
+    leaves = oct.check_grads(lambda p: jnp.sum(p["a"].astype(jnp.float64) * p["b"]), params).leaves
     assert [leaf.dtype for leaf in leaves] == ["float32", "float64"]
     assert [leaf.rtol for leaf in leaves] == [
         oct.default_rtol(float(jnp.finfo(dtype).eps)) for dtype in (jnp.float32, jnp.float64)
@@ -346,7 +346,7 @@ def decay(k, y0, adjoint, tol):
         DECAY.vector_field, oc.Tsit5(), 0.0, 1.0, 0.1, y0, k, adjoint=adjoint,
         stepsize_controller=oc.PIDController(rtol=tol, atol=tol),
     )  # fmt: skip
-    return jnp.sum(sol.ys[-1] * jnp.arange(1, 3))
+    return jnp.sum(sol.ys[-1] * jnp.arange(1, 3, dtype=sol.ys.dtype))
 
 
 # The solve's gradient is taken on its accepted time grid (controller decisions are not
