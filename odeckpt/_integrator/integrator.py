@@ -99,7 +99,8 @@ class Integrator(eqx.Module):
         if decisions is not None and _light_replay(problem, state):
             return self._replayed(problem, state, decisions, out)
         decision = problem.controller.decide(
-            t0, dt, state.y, out.y1, out.y_error, self.solver.error_order, state.controller
+            t0, dt, state.y, out.y1, out.y_error, self.solver.error_order(problem.term),
+            state.controller
         )
         # With fixed steps nothing else reads the error estimate: checking it as well
         # makes a non-finite stage count, and this one reduction over every stage keeps
