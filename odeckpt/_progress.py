@@ -125,16 +125,12 @@ class _TqdmDisplay(_Display):
     def __init__(self, bar):
         self.bar = bar
 
-    def _set(self, percent):
-        self.bar.n = percent
-        self.bar.update(n=0)
-
     def show(self, fraction):
-        self._set(round(100 * fraction, 2))
-        self.bar.refresh()
+        self.bar.n = round(100 * fraction, 2)
+        self.bar.refresh()  # one redraw per report (`update` would add timed ones)
 
     def close(self):
-        self._set(100.0)
+        self.bar.n = 100.0  # drawn once, by `close`
         self.bar.close()
 
 
