@@ -52,6 +52,7 @@ from ._solvers import (
     Dopri5 as Dopri5,
     Dopri8 as Dopri8,
     Euler as Euler,
+    HalfSolver as HalfSolver,
     Heun as Heun,
     Kvaerno3 as Kvaerno3,
     Kvaerno5 as Kvaerno5,

@@ -86,6 +86,39 @@ def test_wrapped_solver_answers_for_what_it_wraps():
     np.testing.assert_allclose(sol.ys[-1], np.exp(-1.0), rtol=1e-7)
 
 
+def test_half_solver_steps_as_diffrax_does():
+    f = lambda t, y, a: -a * y + jnp.sin(t)  # noqa: E731
+    y0, args = jnp.ones(2), 0.7
+    ours = oc.diffeqsolve(f, oc.HalfSolver(oc.Euler()), 0.0, 3.0, 0.1, y0, args,
+                          stepsize_controller=oc.PIDController(rtol=1e-4, atol=1e-6))  # fmt: skip
+    theirs = diffrax.diffeqsolve(
+        diffrax.ODETerm(f), diffrax.HalfSolver(diffrax.Euler()), 0.0, 3.0, 0.1, y0, args,
+        stepsize_controller=diffrax.PIDController(rtol=1e-4, atol=1e-6),
+    )  # fmt: skip
+    for key in ("num_accepted_steps", "num_rejected_steps"):
+        assert int(ours.stats[key]) == int(theirs.stats[key])
+    np.testing.assert_allclose(ours.ys, theirs.ys, rtol=1e-12)
+    assert isinstance(oc.HalfSolver(oc.Kvaerno5()), oc.AbstractImplicitSolver)
+    assert oc.HalfSolver(oc.Euler()).error_order(TERM) == 2
+
+
+@pytest.mark.parametrize("adjoint", ["checkpoint", "forward"])
+def test_half_solver_gradient_is_that_of_its_discretisation(adjoint):
+    # Constant steps h: each step is two Euler half steps, y1 = (1 - a h / 2)^2 y0.
+    n, a = 10, 0.7
+
+    def final(a):
+        adj = oc.ForwardMode() if adjoint == "forward" else oc.CheckpointAdjoint()
+        sol = oc.diffeqsolve(lambda t, y, a: -a * y, oc.HalfSolver(oc.Euler()), 0.0, 1.0,
+                             1.0 / n, jnp.asarray(1.0), a, adjoint=adj)  # fmt: skip
+        return sol.ys[-1]
+
+    derivative = jax.jacfwd(final)(a) if adjoint == "forward" else jax.grad(final)(a)
+    exact = -((1 - a / (2 * n)) ** (2 * n - 1))  # d/da of (1 - a / (2n))^(2n)
+    np.testing.assert_allclose(final(a), (1 - a / (2 * n)) ** (2 * n), rtol=1e-13)
+    np.testing.assert_allclose(derivative, exact, rtol=1e-13)
+
+
 # --------------------------------------------------------------------------------------
 # diffrax's keyword arguments
 # --------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@
 - `explicit/`: one module per explicit method (its tableau and its final class).
 - `rosenbrock`, `esdirk` (with `newton`, `linalg`, `stiff_tableaux`, `verychord`): the
   stiff solvers.
+- `half`: `HalfSolver`, an error estimate for any solver from two half steps.
 - `dense`: `DenseStep`, the per-step dense-output polynomial, and cubic Hermite.
 
 `EXPLICIT` and `STIFF` are the registries of the concrete solvers; the tests read them.
@@ -40,6 +41,7 @@ from .explicit.heun import Heun as Heun
 from .explicit.midpoint import Midpoint as Midpoint
 from .explicit.ralston import Ralston as Ralston
 from .explicit.tsit5 import Tsit5 as Tsit5
+from .half import HalfSolver as HalfSolver
 from .rosenbrock import (
     AbstractRosenbrock as AbstractRosenbrock,
     Rodas5P as Rodas5P,
