@@ -37,7 +37,7 @@ class AbstractTerm(eqx.Module, Generic[_VF, _Control]):
     def prod(self, vf: _VF, control: Any) -> Y:
         """The vector field applied to a control increment: `control * vf`, per leaf in
         the leaf's dtype."""
-        return jax.tree.map(lambda v: jnp.asarray(control).astype(v.dtype) * v, vf)
+        return jax.tree.map(lambda v: _times(control, jnp.asarray(v)), vf)
 
     def vf_prod(self, t: RealScalarLike, y: Y, args: Args, control: Any) -> Y:
         """`prod(vf(t, y, args), control)`."""
@@ -47,6 +47,14 @@ class AbstractTerm(eqx.Module, Generic[_VF, _Control]):
         """Whether `vf` costs more than `vf_prod` (never for an ODE term)."""
         del t0, t1, y, args
         return False
+
+
+def _times(control, v: jax.Array) -> jax.Array:
+    """`control * v` in the dtype of a floating `v` (strict promotion allows no mixing);
+    an integer `v` (a vector field evaluated at an integer state) promotes as usual."""
+    if jnp.issubdtype(v.dtype, jnp.inexact):
+        return jnp.asarray(control).astype(v.dtype) * v
+    return control * v
 
 
 class ODETerm(AbstractTerm[_VF, RealScalarLike]):

@@ -285,6 +285,7 @@ def test_ode_term_has_diffrax_methods():
     )
     np.testing.assert_array_equal(term.vf_prod(0, y, None, 0.5), -0.5 * y)
     assert term.is_vf_expensive(0, 1, y, None) is False
+    assert term.vf_prod(0, 1, None, dt) == -1  # an integer state, as diffrax's test has
     with jax.numpy_dtype_promotion("strict"):
         scaled = term.prod(jnp.ones(2, jnp.float32), jnp.asarray(0.5, jnp.float64))
     assert scaled.dtype == jnp.float32
