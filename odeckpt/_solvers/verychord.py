@@ -5,6 +5,8 @@ from typing import Any, final
 
 import equinox as eqx
 
+from .linalg import rms
+
 
 class AbstractRootFinder(eqx.Module):
     """Settings of the stage iterations of an implicit solver: tolerances `rtol`,
@@ -30,7 +32,9 @@ class VeryChord(AbstractRootFinder):
         rtol, atol: the tolerances the stopping rule is relative to. Unlike diffrax,
             which takes them from the step-size controller when not given, odeckpt
             needs them (its default solver settings are `rtol=1e-8, atol=1e-10`).
-        norm: accepted for compatibility with diffrax; the RMS norm is always used.
+        norm: accepted for compatibility with diffrax (so that it can be replaced, as
+            diffrax's tests do with `eqx.tree_at`); the stage iterations always use the
+            RMS norm, the default here.
         kappa: the fraction of the tolerance the remaining error must be below.
         linear_solver: accepted for compatibility with diffrax (a `lineax` solver); the
             stage systems are always solved with a dense LU factorisation.
@@ -41,7 +45,7 @@ class VeryChord(AbstractRootFinder):
 
     rtol: float
     atol: float
-    norm: Callable | None = None
+    norm: Callable = rms
     kappa: float = 1e-2
     linear_solver: Any = None
 
