@@ -18,9 +18,15 @@ from ._controllers import (
     StepTo as StepTo,
     rms_norm as rms_norm,
 )
-from ._core import RESULTS as RESULTS
+from ._core import (
+    RESULTS as RESULTS,
+    is_event as is_event,
+    is_okay as is_okay,
+    is_successful as is_successful,
+)
 from ._progress import (
     AbstractProgressMeter as AbstractProgressMeter,
+    NoProgressMeter as NoProgressMeter,
     TextProgressMeter as TextProgressMeter,
     TqdmProgressMeter as TqdmProgressMeter,
 )
@@ -28,12 +34,25 @@ from ._saveat import SaveAt as SaveAt
 from ._solution import Solution as Solution
 from ._solve import diffeqsolve as diffeqsolve
 from ._solvers import (
+    AbstractAdaptiveSolver as AbstractAdaptiveSolver,
+    AbstractDIRK as AbstractDIRK,
+    AbstractERK as AbstractERK,
+    AbstractESDIRK as AbstractESDIRK,
+    AbstractImplicitSolver as AbstractImplicitSolver,
+    AbstractItoSolver as AbstractItoSolver,
+    AbstractRosenbrock as AbstractRosenbrock,
     AbstractRungeKutta as AbstractRungeKutta,
+    AbstractSDIRK as AbstractSDIRK,
     AbstractSolver as AbstractSolver,
+    AbstractStratonovichSolver as AbstractStratonovichSolver,
+    AbstractWrappedSolver as AbstractWrappedSolver,
     Bosh3 as Bosh3,
+    ButcherTableau as ButcherTableau,
+    CalculateJacobian as CalculateJacobian,
     Dopri5 as Dopri5,
     Dopri8 as Dopri8,
     Euler as Euler,
+    HalfSolver as HalfSolver,
     Heun as Heun,
     Kvaerno3 as Kvaerno3,
     Kvaerno5 as Kvaerno5,
@@ -42,7 +61,8 @@ from ._solvers import (
     Rodas5P as Rodas5P,
     Ros3P as Ros3P,
     Tsit5 as Tsit5,
+    VeryChord as VeryChord,
 )
-from ._terms import AbstractTerm as AbstractTerm, ODETerm as ODETerm
+from ._terms import AbstractTerm as AbstractTerm, MultiTerm as MultiTerm, ODETerm as ODETerm
 
 __version__ = "0.1.0"

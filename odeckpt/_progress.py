@@ -15,28 +15,70 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from odeckpt._core import min_in_batch
+
 
 class AbstractProgressMeter(eqx.Module):
-    """Reports the progress of a solve. Concrete meters are final."""
+    """Reports the progress of a solve. Concrete meters are final.
 
-    refresh_steps: int = 32
+    A subclass says how often the loop calls back (`refresh_steps`) and opens the
+    host-side display (`_open`; `None` for no display at all).
+    """
+
+    refresh_steps: eqx.AbstractVar[int]
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the meter shows anything (if not, no callback is compiled in)."""
+        return True
 
     @abc.abstractmethod
-    def _open(self) -> "_Display":
-        """A fresh host-side display (called when a solve starts)."""
+    def _open(self) -> "_Display | None":
+        """A fresh host-side display (called when a solve starts); `None`: none."""
+
+
+class NoProgressMeter(AbstractProgressMeter):
+    """No progress meter, as `progress_meter=None` (diffrax's default spelling): no
+    callback is compiled in."""
+
+    refresh_steps: int = 1
+
+    @property
+    def enabled(self) -> bool:
+        return False
+
+    def _open(self):
+        return None
 
 
 class TextProgressMeter(AbstractProgressMeter):
-    """Prints `odeckpt: 37.5%` lines to stdout, at most every `minimum_increase`."""
+    """Prints the progress as diffrax's meter does: `0.00%` at the start, then a line
+    such as `37.50%` whenever the progress has grown by more than `minimum_increase`
+    (a fraction of `[t0, t1]`) since the last line, and `100.00%` at the end.
 
-    minimum_increase: float = 0.1
+    Attributes:
+        minimum_increase: the growth in progress (between 0 and 1) that prints a new
+            line; default `0.02`, a line every 2%.
+        refresh_steps: the loop calls back every `refresh_steps` attempted steps
+            (default 1, every step, so that the lines are diffrax's).
+    """
+
+    minimum_increase: float = 0.02
+    refresh_steps: int = 1
 
     def _open(self):
         return _TextDisplay(self.minimum_increase)
 
 
 class TqdmProgressMeter(AbstractProgressMeter):
-    """A `tqdm` progress bar (needs `pip install tqdm`)."""
+    """A `tqdm` progress bar, drawn as diffrax's (needs `pip install tqdm`).
+
+    Attributes:
+        refresh_steps: the bar is redrawn every `refresh_steps` attempted steps
+            (default 20).
+    """
+
+    refresh_steps: int = 20
 
     def _open(self):
         try:
@@ -45,15 +87,16 @@ class TqdmProgressMeter(AbstractProgressMeter):
             raise ImportError(
                 "`TqdmProgressMeter` needs tqdm: `pip install tqdm`, or use `TextProgressMeter()`."
             ) from e
-        return _TqdmDisplay(tqdm.tqdm(total=100, unit="%", desc="odeckpt", leave=False))
+        bar_format = "{percentage:.2f}%|{bar}| [{elapsed}<{remaining}, {rate_fmt}{postfix}]"
+        return _TqdmDisplay(tqdm.tqdm(total=100, unit="%", bar_format=bar_format))
 
 
 class _Display(abc.ABC):
-    """The host side of a meter: shown the percentage reached, then closed."""
+    """The host side of a meter: shown the progress (a fraction), then closed."""
 
     @abc.abstractmethod
-    def show(self, percent: float, previous: float) -> None:
-        """Show that `percent` is reached (it was `previous` at the last call)."""
+    def show(self, fraction: float) -> None:
+        """Show that `fraction` of the interval is done."""
 
     @abc.abstractmethod
     def close(self) -> None:
@@ -63,27 +106,31 @@ class _Display(abc.ABC):
 class _TextDisplay(_Display):
     def __init__(self, minimum_increase):
         self.minimum_increase = minimum_increase
-        self.shown = -1.0
+        self.shown = 0.0
+        print("0.00%", file=sys.stdout, flush=True)
 
-    def show(self, percent, previous):
-        if percent / 100 >= self.shown + self.minimum_increase or percent >= 100:
-            self.shown = percent / 100
-            print(f"odeckpt: {percent:.1f}%", file=sys.stdout, flush=True)
+    def show(self, fraction):
+        if fraction - self.shown > self.minimum_increase or fraction == 1:
+            self.shown = fraction
+            print(f"{100 * fraction:.2f}%", file=sys.stdout, flush=True)
 
     def close(self):
-        pass
+        if self.shown != 1:
+            print("100.00%", file=sys.stdout, flush=True)
 
 
 class _TqdmDisplay(_Display):
-    """A tqdm bar, which takes relative updates."""
+    """A tqdm bar, set to the percentage reached."""
 
     def __init__(self, bar):
         self.bar = bar
 
-    def show(self, percent, previous):
-        self.bar.update(percent - previous)
+    def show(self, fraction):
+        self.bar.n = round(100 * fraction, 2)
+        self.bar.refresh()  # one redraw per report (`update` would add timed ones)
 
     def close(self):
+        self.bar.n = 100.0  # drawn once, by `close`
         self.bar.close()
 
 
@@ -93,19 +140,18 @@ class _Host:
     def __init__(self, meter: AbstractProgressMeter):
         self.meter = meter
         self.display: _Display | None = None
-        self.percent = 0.0
 
-    def update(self, fraction):
-        fraction = float(np.min(np.asarray(fraction)))
+    def update(self, fraction, final: bool):
+        fraction = float(np.asarray(fraction))
         if self.display is None:
-            self.display, self.percent = self.meter._open(), 0.0
-        percent = round(100 * min(max(fraction, 0.0), 1.0), 1)
-        if percent > self.percent:
-            self.display.show(percent, self.percent)
-            self.percent = percent
-        if fraction >= 1.0:
+            self.display = self.meter._open()
+        if self.display is None:
+            return
+        if final:
             self.display.close()
             self.display = None
+        else:
+            self.display.show(min(max(fraction, 0.0), 1.0))
 
 
 def progress_callback(meter: AbstractProgressMeter | None):
@@ -117,13 +163,20 @@ def progress_callback(meter: AbstractProgressMeter | None):
             "`diffeqsolve(progress_meter=...)` expects `TextProgressMeter()`, "
             f"`TqdmProgressMeter()` or None; got {type(meter).__name__}."
         )
+    if not meter.enabled:
+        return None
     host = _Host(meter)
 
     def report(t0, t1, t, i, final=False):
         span = jnp.where(t1 == t0, 1.0, t1 - t0)
         # The final report depends on the final time, so it runs after the loop.
         fraction = 1.0 + 0.0 * t if final else (t - t0) / span
-        due = jnp.asarray(True) if final else (i % meter.refresh_steps == 0)
-        lax.cond(due, lambda: jax.debug.callback(host.update, fraction), lambda: None)
+        # One report for a whole batch under `jax.vmap`: its least advanced element,
+        # every `refresh_steps` steps of its busiest.
+        steps = -min_in_batch(-jnp.asarray(i))
+        due = jnp.asarray(True) if final else (steps % meter.refresh_steps == 0)
+        fraction = min_in_batch(lax.stop_gradient(fraction))
+        callback = lambda: jax.debug.callback(host.update, fraction, final)  # noqa: E731
+        lax.cond(due, callback, lambda: None)
 
     return report

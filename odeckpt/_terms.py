@@ -1,7 +1,8 @@
-"""Vector-field terms."""
+"""Vector-field terms: `AbstractTerm`, `ODETerm`, `MultiTerm` (diffrax's interface)."""
 
 import abc
 from collections.abc import Callable
+from typing import Any, Generic, TypeVar, cast
 
 import equinox as eqx
 import jax
@@ -9,26 +10,89 @@ import jax.numpy as jnp
 
 from odeckpt._core import Args, RealScalarLike, Y
 
+_VF = TypeVar("_VF")
+_Control = TypeVar("_Control")
+_Terms = TypeVar("_Terms", bound=tuple)
 
-class AbstractTerm(eqx.Module):
-    """A term `dy/dt = vf(t, y, args)`."""
+
+class AbstractTerm(eqx.Module, Generic[_VF, _Control]):
+    """A term of the differential equation, `dy = vf(t, y, args) d(control)`, with
+    diffrax's interface. For the ODE terms odeckpt solves the control is time:
+    `contr(t0, t1) = t1 - t0`, and `prod(vf, dt)` scales the vector field by `dt`.
+
+    A subclass provides `vf`; `contr`, `prod`, `vf_prod` and `is_vf_expensive` have
+    the ODE meaning unless it overrides them. Generic as diffrax's: `AbstractTerm[VF,
+    Control]` in annotations.
+    """
 
     @abc.abstractmethod
-    def vf(self, t: RealScalarLike, y: Y, args: Args) -> Y:
+    def vf(self, t: RealScalarLike, y: Y, args: Args) -> _VF:
         """The vector field at `(t, y)`: a PyTree like `y`."""
 
+    def contr(self, t0: RealScalarLike, t1: RealScalarLike, **kwargs) -> Any:
+        """The control's increment over `[t0, t1]`: `t1 - t0` for an ODE term."""
+        del kwargs
+        return t1 - t0  # pyright: ignore[reportOperatorIssue]
 
-class ODETerm(AbstractTerm):
+    def prod(self, vf: _VF, control: Any) -> Y:
+        """The vector field applied to a control increment: `control * vf`, per leaf in
+        the leaf's dtype."""
+        return jax.tree.map(lambda v: _times(control, jnp.asarray(v)), vf)
+
+    def vf_prod(self, t: RealScalarLike, y: Y, args: Args, control: Any) -> Y:
+        """`prod(vf(t, y, args), control)`."""
+        return self.prod(self.vf(t, y, args), control)
+
+    def is_vf_expensive(self, t0: RealScalarLike, t1: RealScalarLike, y: Y, args: Args) -> bool:
+        """Whether `vf` costs more than `vf_prod` (never for an ODE term)."""
+        del t0, t1, y, args
+        return False
+
+
+def _times(control, v: jax.Array) -> jax.Array:
+    """`control * v` in the dtype of a floating `v` (strict promotion allows no mixing);
+    an integer `v` (a vector field evaluated at an integer state) promotes as usual."""
+    if jnp.issubdtype(v.dtype, jnp.inexact):
+        return jnp.asarray(control).astype(v.dtype) * v
+    return control * v
+
+
+class ODETerm(AbstractTerm[_VF, RealScalarLike]):
     """Wraps a vector field `f(t, y, args) -> dy/dt`, with `dy/dt` the same PyTree as `y`.
+
+    Generic as diffrax's: `ODETerm[Array](f)` constructs the same term as `ODETerm(f)`.
 
     Example:
         `ODETerm(lambda t, y, args: -args * y)`
     """
 
-    vector_field: Callable
+    vector_field: Callable[..., _VF]
 
     def vf(self, t, y, args):
         return self.vector_field(t, y, args)
+
+
+class MultiTerm(AbstractTerm, Generic[_Terms]):
+    """Several ODE terms solved as one: `dy/dt = sum_i terms[i].vf(t, y, args)`.
+
+    Every solver takes it: explicit ones and implicit ones (`Kvaerno3`, `Kvaerno5`,
+    `Ros3P`, `Rodas5P`) alike treat the sum as one vector field, so an implicit solver
+    treats every term implicitly (diffrax's IMEX solvers, which split them, are not in
+    odeckpt). Unlike diffrax's, whose `vf` returns the tuple of the terms' vector
+    fields, `vf` returns their sum (`contr` is `t1 - t0`, as for one ODE term).
+
+    Args:
+        *terms: the terms, e.g. `MultiTerm(ODETerm(f), ODETerm(g))`.
+    """
+
+    terms: _Terms
+
+    def __init__(self, *terms: AbstractTerm):
+        self.terms = cast(_Terms, terms)
+
+    def vf(self, t, y, args):
+        parts = [term.vf(t, y, args) for term in self.terms]
+        return jax.tree.map(lambda *leaves: sum(leaves[1:], leaves[0]), *parts)
 
 
 class _TimeReversed(AbstractTerm):

@@ -21,7 +21,7 @@ import numpy as np
 from odeckpt._adjoints import AbstractAdjoint
 from odeckpt._controllers import AbstractStepSizeController
 from odeckpt._core import concrete
-from odeckpt._solvers import AbstractSolver
+from odeckpt._solvers import AbstractAdaptiveSolver, AbstractSolver
 
 from ._saveat import SaveAt
 
@@ -71,7 +71,7 @@ def check_inputs(solver, controller, adjoint, saveat, max_steps, dt0):
     _check_type(adjoint, AbstractAdjoint, "adjoint", "e.g. `odeckpt.CheckpointAdjoint()`")
     _check_type(saveat, SaveAt, "saveat", "e.g. `odeckpt.SaveAt(t1=True)`")
     name = type(controller).__name__
-    if controller.adaptive and solver.error_order is None:
+    if controller.adaptive and not isinstance(solver, AbstractAdaptiveSolver):
         raise ValueError(
             f"`{type(solver).__name__}` has no error estimate, so it cannot be used with "
             f"`{name}`; use `ConstantStepSize()` or a solver with an embedded method such "

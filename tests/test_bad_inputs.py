@@ -238,6 +238,29 @@ OPTIONS = [
     Case("solver without error estimate and an adaptive controller", "ValueError",
          "`Euler` has no error estimate, so it cannot be used with `PIDController`",
          lambda: _solve(solver=oc.Euler(), stepsize_controller=PID)),
+    Case("`Kvaerno5(root_finder)` not a `VeryChord`", "ValueError",
+         "`Kvaerno5(root_finder=...)` takes `odeckpt.VeryChord(rtol, atol)`; got str.",
+         lambda: oc.Kvaerno5(root_finder="newton")),  # pyright: ignore
+    Case("`Kvaerno5` given both `rtol` and `root_finder`", "ValueError",
+         "`Kvaerno5(rtol, atol)` and `Kvaerno5(root_finder=...)` both set the Newton "
+         "tolerances: pass one of them.",
+         lambda: oc.Kvaerno5(rtol=1e-9, root_finder=oc.VeryChord(rtol=1e-7, atol=1e-9))),
+    Case("`Kvaerno5` given both `max_iters` and `root_find_max_steps`", "ValueError",
+         "`Kvaerno5(max_iters=...)` and `Kvaerno5(root_find_max_steps=...)` are the same "
+         "setting: pass one of them.",
+         lambda: oc.Kvaerno5(max_iters=5, root_find_max_steps=5)),
+    Case("`VeryChord` tolerance not positive", "ValueError",
+         "`VeryChord(rtol, atol, kappa)` needs positive values; got rtol=0.0, atol=1e-09",
+         lambda: oc.VeryChord(rtol=0.0, atol=1e-9)),
+    Case("`ButcherTableau` with an implicit diagonal", "ValueError",
+         "Butcher tableau 'ButcherTableau': implicit tableaux (`a_diagonal`, `c1`) are not "
+         "supported",
+         lambda: oc.ButcherTableau(c=[1.0], b_sol=[0.5, 0.5], b_error=[0.5, -0.5],
+                                   a_lower=([0.5],), a_diagonal=[0.0, 0.5])),
+    Case("`ButcherTableau` in both spellings", "ValueError",
+         "Butcher tableau 'ButcherTableau': give either diffrax's fields (c, b_sol, "
+         "b_error, a_lower) or odeckpt's",
+         lambda: oc.ButcherTableau(c=[1.0], b_sol=[0.5, 0.5], a_lower=([1.0],), order=2)),
     Case("`CheckpointAdjoint(checkpoints)` < 1", "ValueError",
          "`CheckpointAdjoint(checkpoints=...)` must be a positive integer or None; got 0.",
          lambda: oc.CheckpointAdjoint(checkpoints=0)),

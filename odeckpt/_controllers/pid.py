@@ -60,7 +60,7 @@ class PIDController(AbstractLoopController):
         if dt0 is not None:
             dt = sg(jnp.asarray(dt0))
         else:
-            dt = _select_initial_step(self, solver.error_order, term, t0, y0, args)
+            dt = _select_initial_step(self, solver.error_order(term), term, t0, y0, args)
         if self.dtmax is not None:
             dt = jnp.minimum(dt, self.dtmax)
         if self.dtmin is not None:  # the first step obeys dtmin too (as in diffrax)

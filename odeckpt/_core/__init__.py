@@ -15,6 +15,7 @@ from .batching import (
     batch_cond as batch_cond,
     batch_size as batch_size,
     batched_like as batched_like,
+    min_in_batch as min_in_batch,
 )
 from .concrete import concrete as concrete
 from .custom_types import Args as Args, RealScalarLike as RealScalarLike, Y as Y
@@ -23,6 +24,8 @@ from .promotion import promoted as promoted, promoted_dtype as promoted_dtype
 from .results import (
     RESULTS as RESULTS,
     failure_index as failure_index,
+    is_event as is_event,
+    is_okay as is_okay,
     is_successful as is_successful,
     raise_if_failed as raise_if_failed,
 )

@@ -1,5 +1,6 @@
 """Primitives with their own `jax.vmap` rules, for the loops of the solve and its
-reverse passes: `any_in_batch`, a loop condition that stays unbatched; `batched_like`,
+reverse passes: `any_in_batch`, a loop condition that stays unbatched; `min_in_batch`,
+the batch's least value, unbatched; `batched_like`,
 a loop's initial carry batched as it will end; and `batch_cond`, a `lax.cond` whose branches
 keep unbatched operands (the vector field's parameters) unbatched. `batch_size` reads,
 at trace time, how many batch elements a value is traced for."""
@@ -29,6 +30,19 @@ def any_in_batch(going):
 def _any_rule(axis_size, in_batched, going):
     (batched,) = in_batched
     return (jnp.any(going, axis=0) if batched else going), False
+
+
+@custom_batching.custom_vmap
+def min_in_batch(x):
+    """`x` unchanged; under `jax.vmap`, the least of the batch elements' values
+    (unbatched). For reports about the whole batch, such as a progress meter's."""
+    return x
+
+
+@min_in_batch.def_vmap
+def _min_rule(axis_size, in_batched, x):
+    (batched,) = in_batched
+    return (jnp.min(x, axis=0) if batched else x), False
 
 
 @custom_batching.custom_vmap

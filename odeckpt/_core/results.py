@@ -4,17 +4,42 @@ import enum
 from collections.abc import Sequence
 
 import equinox as eqx
+import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jaxtyping import Array, Int
 
 
-class RESULTS(enum.IntEnum):
+class _Lookup(enum.EnumMeta):
+    """`RESULTS[name]` is the member, as for every enum; `RESULTS[code]`, for a code
+    or an array of codes (e.g. `Solution.result`), is its message, as in diffrax."""
+
+    def __getitem__(cls, key):
+        if isinstance(key, str):
+            return super().__getitem__(key)
+        if isinstance(key, jax.core.Tracer):
+            return "traced"
+        codes = np.asarray(key)
+        if codes.ndim == 0:
+            return _MESSAGES[RESULTS(int(codes))]
+        return str(np.vectorize(lambda code: _MESSAGES[RESULTS(int(code))])(codes))
+
+
+class RESULTS(enum.IntEnum, metaclass=_Lookup):
     """Why a solve stopped. `Solution.result` holds one of these as an integer array.
 
     With `diffeqsolve(..., throw=True)` a failed solve raises its code's cause, the time
     the solve reached, and the code's `message` (what to do about it).
+
+    The members are diffrax's (with optimistix's, which diffrax's `RESULTS` inherits),
+    plus odeckpt's own; where two names mean the same failure they are one code
+    (`nonlinear_divergence` and `nonlinear_max_steps_reached` are
+    `implicit_solve_failed`, `nonfinite` is `nonfinite_state`, `nonfinite_input` is
+    `invalid_input`). `event_occurred` counts as a success (`is_okay`). As in diffrax,
+    `sol.result == RESULTS.successful` compares, and `RESULTS[sol.result]` is the
+    message.
     """
 
     successful = 0
@@ -24,11 +49,29 @@ class RESULTS(enum.IntEnum):
     backsolve_diverged = 4
     implicit_solve_failed = 5
     invalid_input = 6
+    event_occurred = 7
+    max_steps_rejected = 8
+    internal_error = 9
+    singular = 10
+    breakdown = 11
+    stagnation = 12
+    conlim = 13
+    nonlinear_divergence = 5
+    nonlinear_max_steps_reached = 5
+    nonfinite = 3
+    nonfinite_input = 6
 
     @property
     def message(self) -> str:
         return _MESSAGES[self]
 
+    @classmethod
+    def where(cls, pred, a, b) -> Array:
+        """`a` where `pred` holds, else `b` (codes, as `jnp.where`), as diffrax's."""
+        return jnp.where(pred, a, b).astype(jnp.int32)
+
+
+_UNUSED = " (odeckpt never reports this code; it is diffrax's.)"
 
 _MESSAGES = {
     RESULTS.successful: "",
@@ -60,6 +103,16 @@ _MESSAGES = {
         "or `t1`; `dt0` of the wrong sign; `SaveAt(ts)` outside `[t0, t1]`; a tolerance "
         "<= 0), so nothing was solved. Run with `throw=True` to raise which one."
     ),
+    RESULTS.event_occurred: "The solve ended because an event occurred.",
+    RESULTS.max_steps_rejected: ("The maximum number of rejected steps was reached." + _UNUSED),
+    RESULTS.internal_error: (
+        "An internal error occurred in odeckpt. This is a bug: please report it with a "
+        "minimal example."
+    ),
+    RESULTS.singular: "A linear solve met a singular operator." + _UNUSED,
+    RESULTS.breakdown: "An iterative linear solve broke down." + _UNUSED,
+    RESULTS.stagnation: "An iterative linear solve stagnated." + _UNUSED,
+    RESULTS.conlim: "An iterative linear solve reached its condition limit." + _UNUSED,
 }
 
 # What a failed forward solve names first; `{where}` becomes "t = 0.42 of [0, 10]".
@@ -72,12 +125,23 @@ _CAUSES = {
     RESULTS.invalid_input: "Invalid input value (nothing solved, at {where}).",
 }
 
-_CODE_BITS = 3  # the result code lives in the low bits of the error index
-assert len(RESULTS) <= 2**_CODE_BITS
+_CODE_BITS = 4  # the result code lives in the low bits of the error index
+assert max(RESULTS) < 2**_CODE_BITS
 
 
 def is_successful(result: Int[Array, ""]) -> Array:
-    return result == RESULTS.successful
+    """Whether `result` is `RESULTS.successful` (as diffrax's `is_successful`)."""
+    return jnp.asarray(result == RESULTS.successful)
+
+
+def is_event(result: Int[Array, ""]) -> Array:
+    """Whether the solve ended at an event (`RESULTS.event_occurred`)."""
+    return jnp.asarray(result == RESULTS.event_occurred)
+
+
+def is_okay(result: Int[Array, ""]) -> Array:
+    """Whether `result` is a success: `successful` or `event_occurred`."""
+    return is_successful(result) | is_event(result)
 
 
 class _FailureMessages(Sequence):
@@ -106,11 +170,12 @@ class _FailureMessages(Sequence):
     def __getitem__(self, index):  # pyright: ignore[reportIncompatibleMethodOverride]
         index = int(index)
         code = RESULTS(index & (2**_CODE_BITS - 1))
-        if code == RESULTS.successful:
+        if code in (RESULTS.successful, RESULTS.event_occurred):
             return "success"
         t = float(np.array(index & ~(2**_CODE_BITS - 1), np.int32).view(np.float32))
         where = f"t = {_fmt(t)}" + (f" of {self.span}" if self.span else " (before `t1`)")
-        cause = _CAUSES[code].format(max_steps=self.max_steps, where=where)
+        cause = _CAUSES.get(code, "Failed at {where}.")
+        cause = cause.format(max_steps=self.max_steps, where=where)
         return f"{cause} {code.message}"
 
 
@@ -121,21 +186,22 @@ def _fmt(x) -> str:
 def failure_index(result: Int[Array, ""], t) -> Array:
     """`result` and the time `t` packed into one int32 (see `_FailureMessages`).
 
-    `t` is rounded to float32 less its last `_CODE_BITS` mantissa bits (6 significant
-    digits). Successful entries get the smallest int32, so that under `jax.vmap`
-    (where equinox raises the largest index) a failed element's message wins."""
+    `t` is rounded to float32 less its last `_CODE_BITS` mantissa bits (about 6
+    significant digits). Successful entries (`is_okay`) get the smallest int32, so that
+    under `jax.vmap` (where equinox raises the largest index) a failed element's message
+    wins."""
     bits = lax.bitcast_convert_type(jnp.asarray(t).astype(jnp.float32), jnp.int32)
     mask, exponent = ~(2**_CODE_BITS - 1), 0x7F800000
     rounded = (bits + 2 ** (_CODE_BITS - 1)) & mask
     overflow = ((rounded & exponent) == exponent) & ((bits & exponent) != exponent)
     index = jnp.where(overflow, bits & mask, rounded) | result.astype(jnp.int32)
-    return jnp.where(result == RESULTS.successful, jnp.iinfo(jnp.int32).min, index)
+    return jnp.where(is_okay(result), jnp.iinfo(jnp.int32).min, index)
 
 
 def raise_if_failed(x, result: Int[Array, ""], t, t0=None, t1=None, max_steps: int = 0):
-    """Raise (under jit too) unless `result` is `successful`: the cause, the time `t`
+    """Raise (under jit too) unless `result` is a success (`is_okay`): the cause, the time `t`
     the solve reached in `[t0, t1]` (when these are known at trace time) and the
     code's message."""
     messages = _FailureMessages(t0, t1, max_steps)
     index = failure_index(result, t)
-    return eqx.branched_error_if(x, result != RESULTS.successful, index, messages)
+    return eqx.branched_error_if(x, ~is_okay(result), index, messages)

@@ -98,8 +98,9 @@ class Integrator(eqx.Module):
                                dense=self.save_ts or self.save_dense)  # fmt: skip
         if decisions is not None and _light_replay(problem, state):
             return self._replayed(problem, state, decisions, out)
+        error_order = self.solver.error_order(problem.term)
         decision = problem.controller.decide(
-            t0, dt, state.y, out.y1, out.y_error, self.solver.error_order, state.controller
+            t0, dt, state.y, out.y1, out.y_error, error_order, state.controller
         )
         # With fixed steps nothing else reads the error estimate: checking it as well
         # makes a non-finite stage count, and this one reduction over every stage keeps

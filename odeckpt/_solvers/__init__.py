@@ -1,12 +1,19 @@
 """The solvers: one-step methods behind one interface, `AbstractSolver`.
 
-- `base`: `AbstractSolver` (what the integrator asks of a method) and `StepOutput`.
+- `base`: `AbstractSolver` (what the integrator asks of a method), `StepOutput`, and
+  diffrax's abstract marker classes (`AbstractAdaptiveSolver`, `AbstractImplicitSolver`,
+  ...).
 - `tableau`, `order_conditions`: `ButcherTableau`, validated against the B-series
-  order conditions (rooted trees) when it is defined; the stiff tableaux use the same
-  order-condition routines.
-- `runge_kutta`: `AbstractRungeKutta` and the one generic explicit step.
+  order conditions (rooted trees) when it is defined (in odeckpt's fields or diffrax's);
+  the stiff tableaux use the same order-condition routines; `coefficients`: helpers
+  that build the explicit tableaux' weights.
+- `runge_kutta`: diffrax's Runge–Kutta classes (`AbstractRungeKutta`, `AbstractERK`,
+  `AbstractDIRK`, `AbstractSDIRK`), `AbstractExplicitSolver` and the one generic
+  explicit step.
 - `explicit/`: one module per explicit method (its tableau and its final class).
-- `rosenbrock`, `esdirk` (with `newton`, `linalg`, `stiff_tableaux`): the stiff solvers.
+- `rosenbrock`, `esdirk` (with `newton`, `linalg`, `stiff_tableaux`, `verychord`): the
+  stiff solvers.
+- `half`: `HalfSolver`, an error estimate for any solver from two half steps.
 - `dense`: `DenseStep`, the per-step dense-output polynomial, and cubic Hermite.
 
 `EXPLICIT` and `STIFF` are the registries of the concrete solvers; the tests read them.
@@ -15,7 +22,15 @@ Adding an explicit Runge–Kutta method touches exactly: its own module
 `EXPLICIT`), and one export line in `odeckpt/__init__.py`.
 """
 
-from .base import AbstractSolver as AbstractSolver, StepOutput as StepOutput
+from .base import (
+    AbstractAdaptiveSolver as AbstractAdaptiveSolver,
+    AbstractImplicitSolver as AbstractImplicitSolver,
+    AbstractItoSolver as AbstractItoSolver,
+    AbstractSolver as AbstractSolver,
+    AbstractStratonovichSolver as AbstractStratonovichSolver,
+    AbstractWrappedSolver as AbstractWrappedSolver,
+    StepOutput as StepOutput,
+)
 from .dense import DenseStep as DenseStep, hermite_coeffs as hermite_coeffs
 from .esdirk import AbstractESDIRK as AbstractESDIRK, Kvaerno3 as Kvaerno3, Kvaerno5 as Kvaerno5
 from .explicit.bosh3 import Bosh3 as Bosh3
@@ -26,19 +41,26 @@ from .explicit.heun import Heun as Heun
 from .explicit.midpoint import Midpoint as Midpoint
 from .explicit.ralston import Ralston as Ralston
 from .explicit.tsit5 import Tsit5 as Tsit5
+from .half import HalfSolver as HalfSolver
 from .rosenbrock import (
     AbstractRosenbrock as AbstractRosenbrock,
     Rodas5P as Rodas5P,
     Ros3P as Ros3P,
 )
 from .runge_kutta import (
+    AbstractDIRK as AbstractDIRK,
+    AbstractERK as AbstractERK,
+    AbstractExplicitSolver as AbstractExplicitSolver,
     AbstractRungeKutta as AbstractRungeKutta,
+    AbstractSDIRK as AbstractSDIRK,
+    CalculateJacobian as CalculateJacobian,
     combine_stages as combine_stages,
     weighted_stages as weighted_stages,
 )
 from .tableau import ButcherTableau as ButcherTableau
+from .verychord import AbstractRootFinder as AbstractRootFinder, VeryChord as VeryChord
 
-EXPLICIT: tuple[type[AbstractRungeKutta], ...] = (
+EXPLICIT: tuple[type[AbstractExplicitSolver], ...] = (
     Euler,
     Heun,
     Midpoint,

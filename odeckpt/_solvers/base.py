@@ -1,6 +1,20 @@
-"""`AbstractSolver`: what the integrator asks of a one-step method, and `StepOutput`."""
+"""`AbstractSolver`: what the integrator asks of a one-step method, `StepOutput`, and
+the abstract marker classes that say what kind of method a solver is.
+
+The markers carry diffrax's meaning, so that code which sorts solvers with
+`isinstance` sorts odeckpt's the same way:
+
+- `AbstractAdaptiveSolver`: the method makes an error estimate, so an adaptive step-size
+  controller can drive it;
+- `AbstractImplicitSolver`: each step solves nonlinear equations with a root finder
+  (`root_finder`, `root_find_max_steps`);
+- `AbstractItoSolver`, `AbstractStratonovichSolver`: the SDE solution the method would
+  converge to (odeckpt solves ODEs only; the marks follow diffrax's for the same method);
+- `AbstractWrappedSolver`: wraps another solver, and `isinstance` looks through it.
+"""
 
 import abc
+from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
@@ -30,28 +44,57 @@ class StepOutput(eqx.Module):
     failure: jax.Array | None = None
 
 
-class AbstractSolver(eqx.Module):
+class _LooksThroughWrappers(type(eqx.Module)):
+    """`isinstance(wrapped, Marker)` also asks the solver an `AbstractWrappedSolver`
+    wraps, as diffrax's solvers do (a wrapped implicit solver is implicit)."""
+
+    def __instancecheck__(cls, obj):
+        if super().__instancecheck__(obj):
+            return True
+        meta = super(_LooksThroughWrappers, AbstractWrappedSolver)  # pyright: ignore[reportArgumentType]
+        return meta.__instancecheck__(obj) and isinstance(obj.solver, cls)
+
+
+# Given as keyword arguments, so that type checkers keep treating solvers as dataclasses.
+_METACLASS: dict[str, Any] = {"metaclass": _LooksThroughWrappers}
+
+
+class AbstractSolver(eqx.Module, **_METACLASS):
     """A one-step method. Concrete solvers are final.
 
-    A subclass provides `order`, `error_order`, `evals_per_step`, `init` and `step`;
-    the integrator asks nothing else of it.
+    A subclass provides `order`, `evals_per_step`, `init` and `step`; the integrator
+    asks nothing else of it. Whether it may be used with an adaptive controller is
+    whether it is an `AbstractAdaptiveSolver`.
+
+    Attributes:
+        term_structure: the terms the solver takes (`AbstractTerm` for every odeckpt
+            solver: one term, possibly a `MultiTerm`), as in diffrax.
     """
 
-    @property
-    @abc.abstractmethod
-    def order(self) -> int:
-        """The order of the method (of `y1`)."""
+    term_structure: ClassVar[Any] = AbstractTerm
 
-    @property
     @abc.abstractmethod
-    def error_order(self) -> int | None:
-        """The order of the error estimate: the exponent denominator used by
-        `PIDController` (`None`: no error estimate, so not adaptive)."""
+    def order(self, terms: AbstractTerm) -> int | None:
+        """The order of the method (of `y1`) on the ODE `terms`."""
+
+    def error_order(self, terms: AbstractTerm) -> int | None:
+        """The local order of the error estimate: the exponent denominator of
+        `PIDController`. For an ODE this is `order(terms)` (the estimate compares the
+        method with an embedded one of one order less), as in diffrax."""
+        return self.order(terms)
+
+    def strong_order(self, terms: AbstractTerm) -> float | None:
+        """The strong order on SDEs: `None`, since odeckpt solves ODEs only."""
+        return None
 
     @property
     @abc.abstractmethod
     def evals_per_step(self) -> int:
         """Evaluations of the vector field per step (`Solution.stats["num_vf_evals"]`)."""
+
+    def func(self, terms: AbstractTerm, t0, y0: Y, args: Args) -> Y:
+        """The vector field at `(t0, y0)`, as diffrax's `AbstractSolver.func`."""
+        return terms.vf(t0, y0, args)
 
     @abc.abstractmethod
     def init(self, term: AbstractTerm, t0, y0: Y, args: Args) -> PyTree:
@@ -62,3 +105,37 @@ class AbstractSolver(eqx.Module):
     @abc.abstractmethod
     def step(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
         """Attempt one step of size `dt`; `dense=False` may skip the dense output."""
+
+
+class AbstractAdaptiveSolver(AbstractSolver):
+    """A solver with an error estimate (`StepOutput.y_error`), so that an adaptive
+    step-size controller such as `PIDController` can drive it."""
+
+
+class AbstractImplicitSolver(AbstractSolver):
+    """A solver whose steps solve nonlinear equations with a root finder.
+
+    Subclasses provide `root_finder` (in odeckpt a `VeryChord`) and
+    `root_find_max_steps`, as fields or properties.
+    """
+
+    root_finder: eqx.AbstractVar[Any]
+    root_find_max_steps: eqx.AbstractVar[int]
+
+
+class AbstractItoSolver(AbstractSolver):
+    """Marks a method that, used on an SDE, would converge to the Itô solution (as
+    diffrax marks `Euler`). odeckpt solves ODEs, where the mark changes nothing."""
+
+
+class AbstractStratonovichSolver(AbstractSolver):
+    """Marks a method that, used on an SDE, would converge to the Stratonovich
+    solution (as diffrax marks `Heun`, `Midpoint`, `Ralston`). odeckpt solves ODEs,
+    where the mark changes nothing."""
+
+
+class AbstractWrappedSolver(AbstractSolver):
+    """Wraps another solver, `solver`; `isinstance` checks against the abstract solver
+    classes answer true when they hold for the wrapped solver."""
+
+    solver: eqx.AbstractVar[AbstractSolver]

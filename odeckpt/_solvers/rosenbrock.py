@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 
 from . import linalg as la, stiff_tableaux as tab
-from .base import AbstractSolver, StepOutput
+from .base import AbstractAdaptiveSolver, StepOutput
 from .dense import hermite_coeffs
 
 _JAC_MISMATCH = (
@@ -42,7 +42,7 @@ _JAC_MISMATCH = (
 )
 
 
-class AbstractRosenbrock(AbstractSolver):
+class AbstractRosenbrock(AbstractAdaptiveSolver):
     """A Rosenbrock method defined by its `tableau`.
 
     Attributes:
@@ -52,17 +52,16 @@ class AbstractRosenbrock(AbstractSolver):
             forward-mode products (`jax.jacfwd`), `df/dt` included. A given `jac` is
             checked against one Jacobian-vector product per step and the solve
             raises if they disagree; it must be valid for forward-in-time solves.
+
+    A Rosenbrock method is linearly implicit: it solves linear systems, with no root
+    finder, so it is not an `AbstractImplicitSolver` (which has a `root_finder`).
+    diffrax 0.7.2 has no Rosenbrock methods.
     """
 
     tableau: eqx.AbstractClassVar[tab.RosenbrockTableau]
     jac: Callable | None = None
 
-    @property
-    def order(self) -> int:
-        return self.tableau.order
-
-    @property
-    def error_order(self) -> int:
+    def order(self, terms) -> int:
         return self.tableau.order
 
     @property

@@ -1,8 +1,14 @@
-"""Explicit Runge–Kutta solvers: a tableau (data) plus one generic step.
+"""Runge–Kutta solvers: the abstract classes (diffrax's), and for the explicit
+methods a tableau (data) plus one generic step.
 
-A method is a `ButcherTableau` and a three-line final subclass of
-`AbstractRungeKutta` (see `explicit/`); `rk_step` is the only step code.
+An explicit method is a `ButcherTableau` and a three-line final subclass of
+`AbstractERK` (see `explicit/`); `rk_step` is the only step code. `Euler`, which has no
+error estimate, is an `AbstractExplicitSolver` but not an `AbstractRungeKutta`
+(diffrax's Runge–Kutta methods are adaptive).
 """
+
+import enum
+from typing import TYPE_CHECKING, ClassVar
 
 import equinox as eqx
 import jax
@@ -10,9 +16,19 @@ import jax.numpy as jnp
 from jaxtyping import PyTree
 
 from odeckpt._core import Args, Y
+
+if TYPE_CHECKING:  # a class variable each subclass sets (as diffrax declares it)
+    from typing import ClassVar as AbstractClassVar
+else:
+    from equinox import AbstractClassVar
 from odeckpt._terms import AbstractTerm
 
-from .base import AbstractSolver, StepOutput
+from .base import (
+    AbstractAdaptiveSolver,
+    AbstractImplicitSolver,
+    AbstractSolver,
+    StepOutput,
+)
 from .dense import hermite_coeffs
 from .tableau import ButcherTableau
 
@@ -72,28 +88,46 @@ def rk_step(tableau: ButcherTableau, term: AbstractTerm, t0, dt, y0, k0, args, d
     return StepOutput(y1=y1, y_error=y_error, state=k1, coeffs=coeffs)
 
 
-class AbstractRungeKutta(AbstractSolver):
-    """An explicit Runge–Kutta method defined by its `tableau`.
+class CalculateJacobian(enum.IntEnum):
+    """When a Runge–Kutta method forms the Jacobian, as diffrax's enumeration says it
+    (`calculate_jacobian` on its classes): `never` for explicit methods, `every_stage`
+    (DIRK), `first_stage` (SDIRK), `second_stage` (ESDIRK). Informative in odeckpt: each
+    solver's own docstring says when it forms its Jacobian."""
+
+    never = 0
+    every_stage = 1
+    first_stage = 2
+    second_stage = 3
+
+
+class AbstractRungeKutta(AbstractAdaptiveSolver):
+    """A Runge–Kutta method with an error estimate, defined by its `tableau`: the
+    explicit ones (`AbstractERK`) and the diagonally implicit ones (`AbstractDIRK`).
+
+    Attributes:
+        scan_kind: accepted for compatibility with diffrax, where it chooses how the
+            stages are looped over; odeckpt unrolls the stages, so it changes nothing.
+    """
+
+    scan_kind: str | None = None
+    calculate_jacobian: AbstractClassVar[CalculateJacobian]
+
+
+class AbstractExplicitSolver(AbstractSolver):
+    """An explicit method given by an explicit `ButcherTableau`: the one generic step.
 
     Every step carries `k = f(t, y)` forward: for FSAL methods it is the last stage,
     otherwise it is evaluated at the end of the step. Dense output uses the method's
-    own interpolant where the tableau has one, cubic Hermite otherwise.
-
-    A new method is a final subclass that sets the class attribute `tableau` (see
-    `explicit/bosh3.py`).
+    own interpolant where the tableau has one, cubic Hermite otherwise (whatever
+    `interpolation_cls` a subclass names, see `AbstractERK`). The continuous adjoints
+    solve their adjoint ODE with such a method.
     """
 
     tableau: eqx.AbstractClassVar[ButcherTableau]
 
-    @property
-    def order(self) -> int:
+    def order(self, terms: AbstractTerm) -> int | None:
+        """The tableau's order (`ButcherTableau.order`)."""
         return self.tableau.order
-
-    @property
-    def error_order(self) -> int | None:
-        """The method's order where the tableau has an error estimate (the order of
-        that estimate, `tableau.error_estimate_order`, for every tableau here)."""
-        return None if self.tableau.b_err is None else self.tableau.order
 
     @property
     def evals_per_step(self) -> int:
@@ -101,7 +135,49 @@ class AbstractRungeKutta(AbstractSolver):
 
     def init(self, term: AbstractTerm, t0, y0: Y, args: Args) -> PyTree:
         """The first stage `f(t0, y0)`."""
-        return term.vf(t0, y0, args)
+        return self.func(term, t0, y0, args)
 
     def step(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
         return rk_step(self.tableau, term, t0, dt, y0, solver_state, args, dense)
+
+
+class AbstractERK(AbstractRungeKutta, AbstractExplicitSolver):
+    """An explicit Runge–Kutta method with an embedded error estimate.
+
+    A method is a final subclass that sets the class attribute `tableau` (see
+    `explicit/bosh3.py`), either in odeckpt's form or in diffrax's:
+
+    ```python
+    class BogackiShampine(odeckpt.AbstractERK):
+        tableau = odeckpt.ButcherTableau(
+            c=np.array([1 / 2, 3 / 4, 1.0]),
+            b_sol=np.array([2 / 9, 1 / 3, 4 / 9, 0.0]),
+            b_error=np.array([2 / 9 - 7 / 24, 1 / 3 - 1 / 4, 4 / 9 - 1 / 3, -1 / 8]),
+            a_lower=(np.array([1 / 2]), np.array([0.0, 3 / 4]), np.array([2 / 9, 1 / 3, 4 / 9])),
+        )
+        interpolation_cls = diffrax.ThirdOrderHermitePolynomialInterpolation  # any; unused
+
+        def order(self, terms):
+            return 3
+    ```
+
+    The order defaults to the one the tableau satisfies (`ButcherTableau.order`).
+    `interpolation_cls` is accepted and not read: dense output is the tableau's own
+    polynomial where it has one, otherwise cubic Hermite from the step's end values
+    and slopes (third order, as diffrax's `ThirdOrderHermitePolynomialInterpolation`).
+    """
+
+    calculate_jacobian: ClassVar[CalculateJacobian] = CalculateJacobian.never
+
+
+class AbstractDIRK(AbstractRungeKutta, AbstractImplicitSolver):
+    """A diagonally implicit Runge–Kutta method: each stage an implicit equation."""
+
+    calculate_jacobian: ClassVar[CalculateJacobian] = CalculateJacobian.every_stage
+
+
+class AbstractSDIRK(AbstractDIRK):
+    """A singly diagonally implicit method: the same diagonal coefficient in every
+    stage. (No odeckpt solver is one; the class is diffrax's.)"""
+
+    calculate_jacobian: ClassVar[CalculateJacobian] = CalculateJacobian.first_stage

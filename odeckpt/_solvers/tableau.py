@@ -4,7 +4,7 @@ Every method is stored as a validated [`ButcherTableau`][] record: the stage
 nodes `c`, the strictly lower triangular stage matrix `a`, the solution weights
 `b`, the embedded error weights `b_err = b - b_hat`, and optional continuous
 (dense output) weights. The methods themselves live in `explicit/`, one file per
-method, each built with the helpers at the end of this module.
+method, each built with the helpers of `coefficients.py`.
 
 References:
     - J. C. Butcher, *Numerical Methods for Ordinary Differential Equations*,
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from fractions import Fraction
 
 import numpy as np
 
@@ -38,6 +37,9 @@ _RTOL = 1e-13
 # most this many vertices (17 trees); higher orders are exercised by the tests.
 _MAX_VALIDATED_ORDER = 5
 
+# The highest order looked for in a tableau given in diffrax's spelling (200 trees).
+_MAX_DETECTED_ORDER = 8
+
 
 def _close(defect: float, scale: float) -> bool:
     """Whether a defect is within rounding error of terms of size `scale`."""
@@ -53,7 +55,7 @@ def _floats(values) -> tuple[float, ...]:
     return tuple(float(v) for v in values)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, init=False)
 class ButcherTableau:
     """Explicit Runge-Kutta method with optional embedded pair and dense output.
 
@@ -76,6 +78,17 @@ class ButcherTableau:
     `b_hat` up to `embedded_order` and for `b(theta)` up to `dense_order`).
     Violations raise `ValueError` naming the tableau and the condition.
 
+    **diffrax's spelling.** `ButcherTableau(c, b_sol, b_error, a_lower)` builds the
+    same record from diffrax's fields, for user-defined explicit methods
+    (`class MyRK(AbstractERK): tableau = ButcherTableau(...)`): `c` without the
+    first node (which is `c1 = 0`), `b_sol` the weights `b`, `b_error` the error
+    weights, `a_lower` the rows of `a` below the first. `order` and `embedded_order`
+    are then the highest orders (up to 8) whose conditions the weights satisfy, and
+    the dense output is cubic Hermite. The record keeps odeckpt's fields (so its
+    `c` includes the first node); `b_sol`, `b_error`, `a_lower` and `num_stages`
+    read them back diffrax's way. Implicit tableaux (`a_diagonal`) are refused:
+    odeckpt's diagonally implicit methods are `Kvaerno3` and `Kvaerno5`.
+
     References:
         - J. C. Butcher, *Numerical Methods for Ordinary Differential
           Equations*, 3rd ed., Wiley, 2016.
@@ -92,6 +105,34 @@ class ButcherTableau:
     embedded_order: int | None
     dense: tuple[tuple[float, ...], ...] | None
     dense_order: int | None
+
+    def __init__(
+        self,
+        c=None,
+        b_sol=None,
+        b_error=None,
+        a_lower=None,
+        a_diagonal=None,
+        a_predictor=None,
+        c1: float = 0.0,
+        *,
+        name: str = "ButcherTableau",
+        a=None,
+        b=None,
+        b_err=None,
+        order: int | None = None,
+        embedded_order: int | None = None,
+        dense=None,
+        dense_order: int | None = None,
+    ) -> None:
+        fields = dict(name=name, c=c, a=a, b=b, b_err=b_err, order=order, dense=dense,
+                      embedded_order=embedded_order, dense_order=dense_order)  # fmt: skip
+        diffrax_form = (b_sol, b_error, a_lower, a_diagonal, a_predictor)
+        if any(x is not None for x in diffrax_form) or c1 != 0.0:
+            fields = _from_diffrax(name, c, b_sol, b_error, a_lower, a_diagonal, c1, fields)
+        for key, value in fields.items():
+            object.__setattr__(self, key, value)
+        self.__post_init__()
 
     def __post_init__(self) -> None:
         self._normalise()
@@ -138,6 +179,26 @@ class ButcherTableau:
         returns `solver.order()`).
         """
         return None if self.embedded_order is None else self.embedded_order + 1
+
+    @property
+    def num_stages(self) -> int:
+        """Number of stages (diffrax's name for `stages`)."""
+        return self.stages
+
+    @property
+    def b_sol(self) -> np.ndarray:
+        """The weights `b`, as diffrax's field."""
+        return np.asarray(self.b)
+
+    @property
+    def b_error(self) -> np.ndarray | None:
+        """The error weights `b_err`, as diffrax's field."""
+        return None if self.b_err is None else np.asarray(self.b_err)
+
+    @property
+    def a_lower(self) -> tuple[np.ndarray, ...]:
+        """The rows of `a` below the first, as diffrax's field."""
+        return tuple(np.asarray(row) for row in self.a[1:])
 
     def a_matrix(self) -> np.ndarray:
         """The stage matrix as a dense strictly lower triangular array."""
@@ -255,6 +316,47 @@ class ButcherTableau:
                         )
 
 
+def _from_diffrax(name, c, b_sol, b_error, a_lower, a_diagonal, c1, fields) -> dict:
+    """odeckpt's fields from diffrax's spelling of an explicit tableau."""
+    odeckpt_only = [k for k in ("a", "b", "b_err", "order", "dense") if fields[k] is not None]
+    if odeckpt_only:
+        raise ValueError(
+            f"Butcher tableau {name!r}: give either diffrax's fields (c, b_sol, b_error, "
+            f"a_lower) or odeckpt's (c, a, b, b_err, order, ...), not both; got "
+            f"{', '.join(odeckpt_only)} with diffrax's."
+        )
+    if a_diagonal is not None or c1 != 0.0:
+        raise ValueError(
+            f"Butcher tableau {name!r}: implicit tableaux (`a_diagonal`, `c1`) are not "
+            "supported; a user-defined method must be explicit (`AbstractERK`). For a "
+            "diagonally implicit method use `Kvaerno3()` or `Kvaerno5()`."
+        )
+    if c is None or b_sol is None or a_lower is None:
+        raise ValueError(f"Butcher tableau {name!r}: c, b_sol and a_lower are all needed.")
+    a = ((),) + tuple(_floats(row) for row in a_lower)
+    b, b_err = _floats(b_sol), None if b_error is None else _floats(b_error)
+    order = _satisfied_order(a, b)
+    embedded = None
+    if b_err is not None and order > 1:
+        b_hat = tuple(x - e for x, e in zip(b, b_err, strict=False))
+        embedded = min(_satisfied_order(a, b_hat), order - 1)
+    else:
+        b_err = None
+    return dict(fields, c=(0.0, *_floats(c)), a=a, b=b, b_err=b_err, order=order,
+                embedded_order=embedded)  # fmt: skip
+
+
+def _satisfied_order(a_rows, weights) -> int:
+    """The highest order, up to `_MAX_DETECTED_ORDER`, whose conditions `weights` meet."""
+    a = lower_matrix(a_rows, len(weights))
+    order = 0
+    for k in range(1, _MAX_DETECTED_ORDER + 1):
+        if not all(_close(d, scale) for _, d, scale in condition_defects(a, np.array(weights), k)):
+            break
+        order = k
+    return order
+
+
 def evaluate_dense_weights(tableau: ButcherTableau, theta) -> np.ndarray:
     """Continuous stage weights `b_i(theta)` of a tableau's dense output.
 
@@ -272,55 +374,3 @@ def evaluate_dense_weights(tableau: ButcherTableau, theta) -> np.ndarray:
     powers = np.arange(1, dense.shape[1] + 1)
     th = np.asarray(theta, dtype=float)
     return (th[..., None] ** powers) @ dense.T
-
-
-# --------------------------------------------------------------------------
-# Construction helpers
-# --------------------------------------------------------------------------
-
-
-def error_weights(b, b_hat) -> tuple[float, ...]:
-    """`b - b_hat`, elementwise in floating point."""
-    return tuple(float(x) - float(y) for x, y in zip(b, b_hat, strict=True))
-
-
-def hermite_dense(b, first: int, last: int) -> tuple[tuple[float, ...], ...]:
-    """Cubic Hermite interpolant written as continuous stage weights.
-
-    Interpolates `y0`, `y1 = y0 + h sum b_i k_i` and the slopes `k[first]` at
-    `theta = 0` and `k[last]` at `theta = 1`:
-    `b_i(theta) = d_i theta + (3 b_i - 2 d_i - e_i) theta**2
-    + (d_i + e_i - 2 b_i) theta**3`, where `d` and `e` are the indicator
-    vectors of the stages `first` and `last`. When stage `last` is
-    `f(t1, y1)` this is the classical (third order) Hermite interpolant.
-    """
-    rows = []
-    for i, bi in enumerate(b):
-        d = 1.0 if i == first else 0.0
-        e = 1.0 if i == last else 0.0
-        rows.append((d, 3 * bi - 2 * d - e, d + e - 2 * bi))
-    return tuple(rows)
-
-
-def _poly_mul(p: list[Fraction], q: list[Fraction]) -> list[Fraction]:
-    """Product of two ascending coefficient lists."""
-    out = [Fraction(0)] * (len(p) + len(q) - 1)
-    for i, x in enumerate(p):
-        for j, y in enumerate(q):
-            out[i + j] += x * y
-    return out
-
-
-def factored_weight(scale: str, *factors: tuple[str, ...]) -> tuple[float, ...]:
-    """Expand `scale * prod(factor)` exactly; drop the constant coefficient.
-
-    Each factor is an ascending coefficient tuple of decimal strings, e.g.
-    `("-1.2", "1")` for `theta - 1.2`. The expansion is done in exact
-    rational arithmetic and rounded to floats once.
-    """
-    poly = [Fraction(scale)]
-    for factor in factors:
-        poly = _poly_mul(poly, [Fraction(x) for x in factor])
-    if poly[0] != 0:
-        raise ValueError("a continuous weight must vanish at theta = 0")
-    return tuple(float(x) for x in poly[1:])

@@ -7,7 +7,7 @@ import jax
 from odeckpt._adjoints.base import DEFAULT_MEMORY_BUDGET, check_checkpoints
 from odeckpt._controllers import AbstractLoopController
 from odeckpt._core import batch_size, nbytes
-from odeckpt._solvers import AbstractRungeKutta
+from odeckpt._solvers import AbstractExplicitSolver
 
 from .base import AbstractContinuousAdjoint, ceil_div
 from .sweep import Sweep, sweep_to
@@ -69,7 +69,7 @@ class BacksolveAdjoint(AbstractContinuousAdjoint):
         via seminorms", ICML.
     """
 
-    solver: AbstractRungeKutta | None = None
+    solver: AbstractExplicitSolver | None = None
     stepsize_controller: AbstractLoopController | None = None
     checkpoints: int | None = None
     memory_budget: int | None = None

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 from odeckpt._adjoints.base import AbstractAdjoint
 from odeckpt._controllers import AbstractLoopController
 from odeckpt._integrator import Integrator, Problem, State
-from odeckpt._solvers import AbstractRungeKutta
+from odeckpt._solvers import AbstractAdaptiveSolver, AbstractExplicitSolver
 
 from .adjoint_ode import AdjointField
 from .sweep import Sweep, SweepContext
@@ -40,14 +40,14 @@ def ceil_div(a: int, b: int) -> int:
 class AbstractContinuousAdjoint(AbstractAdjoint):
     """The adjoint ODE solved backwards; subclasses choose where `y(t)` comes from."""
 
-    solver: eqx.AbstractVar[AbstractRungeKutta | None]
+    solver: eqx.AbstractVar[AbstractExplicitSolver | None]
     stepsize_controller: eqx.AbstractVar[AbstractLoopController | None]
     seminorm: eqx.AbstractVar[bool]
     throw: eqx.AbstractVar[bool | None]
 
     def __check_init__(self):
         name = type(self).__name__
-        if self.solver is not None and not isinstance(self.solver, AbstractRungeKutta):
+        if self.solver is not None and not isinstance(self.solver, AbstractExplicitSolver):
             raise ValueError(
                 f"`{name}(solver=...)` must be an explicit Runge–Kutta solver such as "
                 f"`Tsit5()`, or None (the forward solver); got {type(self.solver).__name__}."
@@ -100,12 +100,12 @@ class AbstractContinuousAdjoint(AbstractAdjoint):
                 "for a solve that is not differentiated in reverse mode)."
             )
         solver = self.solver or integrator.solver
-        if not isinstance(solver, AbstractRungeKutta):
+        if not isinstance(solver, AbstractExplicitSolver):
             raise ValueError(
                 f"`{name}` solves the adjoint ODE with an explicit Runge–Kutta method; "
                 f"pass `{name}(solver=Tsit5())` to use one with {type(solver).__name__}."
             )
-        if self.stepsize_controller is not None and solver.error_order is None:
+        if self.stepsize_controller is not None and not isinstance(solver, AbstractAdaptiveSolver):
             raise ValueError(
                 f"`{name}(stepsize_controller=...)` needs a solver with an error "
                 f"estimate; {type(solver).__name__} has none: pass e.g. `solver=Tsit5()`."

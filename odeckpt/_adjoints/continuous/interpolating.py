@@ -12,7 +12,7 @@ from odeckpt._controllers import AbstractLoopController
 from odeckpt._core import RESULTS, batch_size, nbytes
 from odeckpt._integrator import Problem
 from odeckpt._solution import DenseInterpolation
-from odeckpt._solvers import AbstractRungeKutta, DenseStep
+from odeckpt._solvers import AbstractExplicitSolver, DenseStep
 
 from .adjoint_ode import AdjointField
 from .base import AbstractContinuousAdjoint, ceil_div
@@ -56,7 +56,7 @@ class InterpolatingAdjoint(AbstractContinuousAdjoint):
     """
 
     checkpoints: int | None = None
-    solver: AbstractRungeKutta | None = None
+    solver: AbstractExplicitSolver | None = None
     stepsize_controller: AbstractLoopController | None = None
     memory_budget: int | None = None
     seminorm: bool = True

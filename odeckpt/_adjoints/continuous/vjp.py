@@ -25,7 +25,7 @@ from odeckpt._checkpointing import LoopOutput, forward_loop
 from odeckpt._controllers import ControllerState
 from odeckpt._core import RESULTS, Y, all_finite, as_arrays, materialize
 from odeckpt._integrator import Integrator, Problem, State
-from odeckpt._solvers import AbstractRungeKutta, AbstractSolver
+from odeckpt._solvers import AbstractExplicitSolver, AbstractSolver
 
 from .adjoint_ode import AdjointField, Flow, Slopes, stability_limit
 from .sweep import Marks, Sweep, SweepContext, arrive
@@ -219,7 +219,7 @@ def _context(adjoint, solver, fwd: ForwardPass, cts: OutputCotangents, max_steps
         marks=tuple(marks),
         controller=adjoint.stepsize_controller,
         seminorm=adjoint.seminorm,
-        error_order=solver.error_order,
+        error_order=solver.error_order(fwd.problem.term),
         stiff_limit=stability_limit(solver.tableau) * STIFF_FRACTION,
         give_up_above=adjoint.give_up_above(),
         rtol=rtol,
@@ -233,7 +233,7 @@ def _initial_sweep(adjoint, ctx, field: AdjointField, fwd: ForwardPass, cts: Out
     final, solver, tape = fwd.out.state, fwd.integrator.solver, fwd.tape
     a, g = cts.y, jax.tree.map(jnp.zeros_like, field.theta)
     if cts.k is not None:  # the final solver state k = f(t1, y1) is an output too
-        if not isinstance(solver, AbstractRungeKutta):
+        if not isinstance(solver, AbstractExplicitSolver):
             raise ValueError(
                 f"`{type(adjoint).__name__}` cannot differentiate the final solver state "
                 f"of {type(solver).__name__}; use `CheckpointAdjoint()`."

@@ -2,8 +2,9 @@
 
 from typing import final
 
-from odeckpt._solvers.runge_kutta import AbstractRungeKutta
-from odeckpt._solvers.tableau import ButcherTableau, error_weights, hermite_dense
+from odeckpt._solvers.coefficients import error_weights, hermite_dense
+from odeckpt._solvers.runge_kutta import AbstractERK
+from odeckpt._solvers.tableau import ButcherTableau
 
 _BOSH3_B = (2 / 9, 1 / 3, 4 / 9, 0.0)
 
@@ -35,7 +36,7 @@ References:
 
 
 @final
-class Bosh3(AbstractRungeKutta):
+class Bosh3(AbstractERK):
     """Bogacki–Shampine 3(2), FSAL.
 
     References:

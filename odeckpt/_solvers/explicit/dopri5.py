@@ -2,8 +2,9 @@
 
 from typing import final
 
-from odeckpt._solvers.runge_kutta import AbstractRungeKutta
-from odeckpt._solvers.tableau import ButcherTableau, error_weights
+from odeckpt._solvers.coefficients import error_weights
+from odeckpt._solvers.runge_kutta import AbstractERK
+from odeckpt._solvers.tableau import ButcherTableau
 
 _DOPRI5_B = (35 / 384, 0.0, 500 / 1113, 125 / 192, -2187 / 6784, 11 / 84, 0.0)
 
@@ -86,7 +87,7 @@ References:
 
 
 @final
-class Dopri5(AbstractRungeKutta):
+class Dopri5(AbstractERK):
     """Dormand–Prince 5(4), FSAL, with Shampine's dense output.
 
     References:

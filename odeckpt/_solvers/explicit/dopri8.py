@@ -3,8 +3,9 @@ module runs past 300 lines: it is coefficients.)"""
 
 from typing import final
 
-from odeckpt._solvers.runge_kutta import AbstractRungeKutta
-from odeckpt._solvers.tableau import ButcherTableau, error_weights
+from odeckpt._solvers.coefficients import error_weights
+from odeckpt._solvers.runge_kutta import AbstractERK
+from odeckpt._solvers.tableau import ButcherTableau
 
 _DOPRI8_B = (
     14005451 / 335480064,
@@ -262,7 +263,7 @@ References:
 
 
 @final
-class Dopri8(AbstractRungeKutta):
+class Dopri8(AbstractERK):
     """Prince–Dormand 8(7), 13 stages; for tight tolerances.
 
     References:

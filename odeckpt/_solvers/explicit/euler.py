@@ -2,7 +2,8 @@
 
 from typing import final
 
-from odeckpt._solvers.runge_kutta import AbstractRungeKutta
+from odeckpt._solvers.base import AbstractItoSolver
+from odeckpt._solvers.runge_kutta import AbstractExplicitSolver
 from odeckpt._solvers.tableau import ButcherTableau
 
 EULER = ButcherTableau(
@@ -24,7 +25,7 @@ References:
 
 
 @final
-class Euler(AbstractRungeKutta):
+class Euler(AbstractExplicitSolver, AbstractItoSolver):
     """Forward Euler, order 1, no error estimate (use a constant step size)."""
 
     tableau = EULER

@@ -2,8 +2,10 @@
 
 from typing import final
 
-from odeckpt._solvers.runge_kutta import AbstractRungeKutta
-from odeckpt._solvers.tableau import ButcherTableau, error_weights, hermite_dense
+from odeckpt._solvers.base import AbstractStratonovichSolver
+from odeckpt._solvers.coefficients import error_weights, hermite_dense
+from odeckpt._solvers.runge_kutta import AbstractERK
+from odeckpt._solvers.tableau import ButcherTableau
 
 HEUN = ButcherTableau(
     name="HEUN",
@@ -29,7 +31,7 @@ References:
 
 
 @final
-class Heun(AbstractRungeKutta):
+class Heun(AbstractERK, AbstractStratonovichSolver):
     """Heun's method, order 2, embedded Euler error estimate."""
 
     tableau = HEUN

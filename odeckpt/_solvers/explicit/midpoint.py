@@ -2,8 +2,10 @@
 
 from typing import final
 
-from odeckpt._solvers.runge_kutta import AbstractRungeKutta
-from odeckpt._solvers.tableau import ButcherTableau, error_weights, hermite_dense
+from odeckpt._solvers.base import AbstractStratonovichSolver
+from odeckpt._solvers.coefficients import error_weights, hermite_dense
+from odeckpt._solvers.runge_kutta import AbstractERK
+from odeckpt._solvers.tableau import ButcherTableau
 
 MIDPOINT = ButcherTableau(
     name="MIDPOINT",
@@ -28,7 +30,7 @@ References:
 
 
 @final
-class Midpoint(AbstractRungeKutta):
+class Midpoint(AbstractERK, AbstractStratonovichSolver):
     """Explicit midpoint method, order 2, embedded Euler error estimate."""
 
     tableau = MIDPOINT

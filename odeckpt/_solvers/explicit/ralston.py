@@ -2,8 +2,10 @@
 
 from typing import final
 
-from odeckpt._solvers.runge_kutta import AbstractRungeKutta
-from odeckpt._solvers.tableau import ButcherTableau, error_weights, hermite_dense
+from odeckpt._solvers.base import AbstractStratonovichSolver
+from odeckpt._solvers.coefficients import error_weights, hermite_dense
+from odeckpt._solvers.runge_kutta import AbstractERK
+from odeckpt._solvers.tableau import ButcherTableau
 
 RALSTON = ButcherTableau(
     name="RALSTON",
@@ -28,7 +30,7 @@ References:
 
 
 @final
-class Ralston(AbstractRungeKutta):
+class Ralston(AbstractERK, AbstractStratonovichSolver):
     """Ralston's second-order method (minimal truncation error), embedded Euler."""
 
     tableau = RALSTON

@@ -2,8 +2,9 @@
 
 from typing import final
 
-from odeckpt._solvers.runge_kutta import AbstractRungeKutta
-from odeckpt._solvers.tableau import ButcherTableau, error_weights, factored_weight
+from odeckpt._solvers.coefficients import error_weights, factored_weight
+from odeckpt._solvers.runge_kutta import AbstractERK
+from odeckpt._solvers.tableau import ButcherTableau
 
 _TSIT5_B = (
     0.09646076681806523,
@@ -103,7 +104,7 @@ References:
 
 
 @final
-class Tsit5(AbstractRungeKutta):
+class Tsit5(AbstractERK):
     """Tsitouras 5(4), FSAL, with its own 4th-order interpolant. The usual first choice.
 
     References:
