@@ -19,6 +19,19 @@ from ._controllers import (
     rms_norm as rms_norm,
 )
 from ._core import RESULTS as RESULTS
+from ._interpolation import (
+    AbstractGlobalInterpolation as AbstractGlobalInterpolation,
+    AbstractLocalInterpolation as AbstractLocalInterpolation,
+    AbstractPath as AbstractPath,
+    CubicInterpolation as CubicInterpolation,
+    FourthOrderPolynomialInterpolation as FourthOrderPolynomialInterpolation,
+    LinearInterpolation as LinearInterpolation,
+    LocalLinearInterpolation as LocalLinearInterpolation,
+    ThirdOrderHermitePolynomialInterpolation as ThirdOrderHermitePolynomialInterpolation,
+    backward_hermite_coefficients as backward_hermite_coefficients,
+    linear_interpolation as linear_interpolation,
+    rectilinear_interpolation as rectilinear_interpolation,
+)
 from ._progress import (
     AbstractProgressMeter as AbstractProgressMeter,
     TextProgressMeter as TextProgressMeter,
