@@ -48,9 +48,10 @@ def _check_increasing(values: np.ndarray, caller: str, *, strict: bool) -> None:
     if np.any(bad):
         i = int(np.argmax(bad))
         order = "strictly increasing" if strict else "increasing"
+        fix = "merge the rows at repeated times" if strict and steps[i] == 0 else "sort by time"
         raise ValueError(
             f"`{caller}(ts=...)` must be {order}; got ts[{i + 1}]={values[i + 1]} after "
-            f"ts[{i}]={values[i]}."
+            f"ts[{i}]={values[i]}: {fix}."
         )
 
 

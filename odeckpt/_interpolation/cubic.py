@@ -1,5 +1,6 @@
 """`CubicInterpolation`: a piecewise cubic path from its coefficients."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import PyTree
@@ -46,6 +47,7 @@ class CubicInterpolation(AbstractGlobalInterpolation):
         """The number of knots."""
         return self.ts.shape[0]
 
+    @eqx.filter_jit
     def evaluate(
         self, t0: RealScalarLike, t1: RealScalarLike | None = None, left: bool = True
     ) -> PyTree[jax.Array]:
@@ -70,6 +72,7 @@ class CubicInterpolation(AbstractGlobalInterpolation):
 
         return jax.tree.map(horner, *self.coeffs)
 
+    @eqx.filter_jit
     def derivative(self, t: RealScalarLike, left: bool = True) -> PyTree[jax.Array]:
         """The derivative `b[i] + 2 c[i] s + 3 d[i] s**2` of the piece `t` falls in.
 

@@ -1,6 +1,7 @@
 """`backward_hermite_coefficients`: a C¹ cubic spline through data that, at each knot,
 uses only the data up to that knot."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import PyTree
@@ -9,7 +10,7 @@ from odeckpt._core import promoted_dtype
 
 from .checks import knot_times, leading_length, like_data
 from .knots import ratio
-from .missing import map_leaves, neighbours, rows_at, with_start
+from .missing import broadcast_rows, map_leaves, neighbours, rows_at, with_start
 
 
 def backward_hermite_coefficients(
@@ -30,9 +31,11 @@ def backward_hermite_coefficients(
     differentiable), and the path up to `ts[i]` depends only on the data up to `ts[i]`.
     By default the first piece is a straight line.
 
-    Missing data (`NaN`): a piece that starts at a missing value continues the cubic
-    from the last observation towards the next one, so the spline still passes through
-    every observation; data that is linear stays linear.
+    Missing data (`NaN`), channel by channel: the spline is that of the observed data
+    alone (across a gap, the one cubic from the last observation to the next), so it
+    is continuously differentiable everywhere and passes through every observation.
+    (diffrax restarts the cubic at each missing knot, which leaves jumps inside runs of
+    missing values.)
 
     Args:
         ts: the observation times, strictly increasing, at least 2.
@@ -67,8 +70,13 @@ def backward_hermite_coefficients(
     like_data(replace_nans_at_start, ys, caller, "replace_nans_at_start")
     if not jax.tree.leaves(ys):
         return ys, ys, ys, ys
-    fit = lambda y, slope, start: _fit(ts, y, slope, start, fill_forward_nans_at_end)
-    pieces = map_leaves(fit, ys, deriv0, replace_nans_at_start)
+    return _fit_all(ts, ys, deriv0, replace_nans_at_start, fill_forward_nans_at_end)
+
+
+@eqx.filter_jit
+def _fit_all(ts, ys, slopes0, starts, fill_end: bool):
+    fit = lambda y, slope0, start: _fit(ts, y, slope0, start, fill_end)
+    pieces = map_leaves(fit, ys, slopes0, starts)
     return tuple(jax.tree.transpose(jax.tree.structure(ys), jax.tree.structure((0,) * 4), pieces))
 
 
@@ -79,8 +87,8 @@ def _fit(ts, y, slope0, start, fill_end: bool):
     y, ts = with_start(y.astype(dtype), start), ts.astype(dtype)
     near = neighbours(y)
     starts, ends = jax.tree.map(lambda x: x[:-1], near), jax.tree.map(lambda x: x[1:], near)
-    # Piece i runs from knot i, continuing the cubic from the last observation at or
-    # before i (P) towards the first after i (N, or the last observation held at ts[-1]).
+    # Piece i, from knot i, is the cubic from the last observation at or before i (P)
+    # to the first after i (N, or the last observation held at ts[-1]), about knot i.
     y_p, y_n = rows_at(y, starts.before), rows_at(y, ends.after)
     last = rows_at(y, near.before[-1:])
     y_n = jnp.where(ends.has_after, y_n, last if fill_end else y_p)
@@ -96,16 +104,10 @@ def _fit(ts, y, slope0, start, fill_end: bool):
     if slope0 is not None:
         slope0 = jnp.broadcast_to(jnp.asarray(slope0, dtype), y.shape[1:])
         slope = jnp.where(starts.before == 0, slope0, slope)
-    knots = _broadcast_rows(ts[:-1], y_p)
-    value, derivative = _secant_hermite_at(t_p, y_p, slope, t_n, y_n, knots - t_p)
-    pieces = _secant_hermite(value, derivative, t_n - knots, y_n)
+    cubic = _secant_hermite(y_p, slope, t_n - t_p, y_n)
+    pieces = _shifted(cubic, broadcast_rows(ts[:-1], y_p) - t_p)
     valid = starts.has_before & (ends.has_after | fill_end)
     return tuple(jnp.where(valid, x, jnp.nan) for x in pieces)
-
-
-def _broadcast_rows(ts, like):
-    """Times `(T,)` broadcast along the first axis of `like` `(T, ...)`."""
-    return jnp.broadcast_to(jnp.expand_dims(ts, tuple(range(1, like.ndim))), like.shape)
 
 
 def _secant_hermite(y0, slope0, width, y1):
@@ -115,7 +117,8 @@ def _secant_hermite(y0, slope0, width, y1):
     return -ratio(ratio(excess, width), width), 2 * ratio(excess, width), slope0, y0
 
 
-def _secant_hermite_at(t0, y0, slope0, t1, y1, s):
-    """The value and slope at `t0 + s` of the cubic of `_secant_hermite` on `[t0, t1]`."""
-    d, c, b, a = _secant_hermite(y0, slope0, t1 - t0, y1)
-    return a + s * (b + s * (c + s * d)), b + s * (2 * c + s * (3 * d))
+def _shifted(coeffs, s):
+    """`(d, c, b, a)` of the same cubic about the point `s` (its Taylor coefficients
+    there)."""
+    d, c, b, a = coeffs
+    return d, c + 3 * d * s, b + s * (2 * c + 3 * d * s), a + s * (b + s * (c + s * d))

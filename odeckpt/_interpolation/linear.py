@@ -1,5 +1,6 @@
 """`LinearInterpolation`: data joined by straight lines."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import PyTree
@@ -48,6 +49,7 @@ class LinearInterpolation(AbstractGlobalInterpolation):
         """The number of knots."""
         return self.ts.shape[0]
 
+    @eqx.filter_jit
     def evaluate(
         self, t0: RealScalarLike, t1: RealScalarLike | None = None, left: bool = True
     ) -> PyTree[jax.Array]:
@@ -72,6 +74,7 @@ class LinearInterpolation(AbstractGlobalInterpolation):
 
         return jax.tree.map(interpolate, self.ys)
 
+    @eqx.filter_jit
     def derivative(self, t: RealScalarLike, left: bool = True) -> PyTree[jax.Array]:
         """The slope of the piece `t` falls in (at a knot, of the piece before it when
         `left`, else after it); 0 on a piece of zero width.

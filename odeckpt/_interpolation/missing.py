@@ -48,6 +48,11 @@ def rows_at(x: jax.Array, index: jax.Array) -> jax.Array:
     return jnp.take_along_axis(x, index, axis=0)
 
 
+def broadcast_rows(ts: jax.Array, like: jax.Array) -> jax.Array:
+    """Times `(T,)` broadcast along the first axis of `like` `(T, ...)`."""
+    return jnp.broadcast_to(jnp.expand_dims(ts, tuple(range(1, like.ndim))), like.shape)
+
+
 def with_start(y: jax.Array, start) -> jax.Array:
     """`y` with the `NaN` entries of its first row replaced by `start` (if given)."""
     if start is None:
@@ -87,8 +92,13 @@ def linear_interpolation(
     ts = knot_times(ts, "linear_interpolation", strict=True)
     leading_length(ys, ts.shape[0], "linear_interpolation(ts, ys)", "ys")
     like_data(replace_nans_at_start, ys, "linear_interpolation", "replace_nans_at_start")
-    fill = lambda y, start: _fill_linear(ts, y, start, fill_forward_nans_at_end)
-    return map_leaves(fill, ys, replace_nans_at_start)
+    return _fill_all_linear(ts, ys, replace_nans_at_start, fill_forward_nans_at_end)
+
+
+@eqx.filter_jit
+def _fill_all_linear(ts, ys, starts, fill_end: bool):
+    fill = lambda y, start: _fill_linear(ts, y, start, fill_end)
+    return map_leaves(fill, ys, starts)
 
 
 def map_leaves(fn, ys, *extras):
@@ -109,8 +119,8 @@ def _fill_linear(ts, y, start, fill_end: bool) -> jax.Array:
     before = jnp.where(near.has_before, before, after)  # finite wherever any data is
     after = jnp.where(near.has_after, after, before)
     t_before, t_after = rows_at(ts, near.before), rows_at(ts, near.after)
-    times = jnp.broadcast_to(jnp.expand_dims(ts, tuple(range(1, y.ndim))), y.shape)
-    before_, after_, fraction = promoted(before, after, ratio(times - t_before, t_after - t_before))
+    fraction = ratio(broadcast_rows(ts, y) - t_before, t_after - t_before)
+    before_, after_, fraction = promoted(before, after, fraction)
     filled = (before_ + (after_ - before_) * fraction).astype(y.dtype)
     valid = near.has_before & (near.has_after | fill_end)
     return jnp.where(valid, filled, jnp.nan)
@@ -149,9 +159,13 @@ def rectilinear_interpolation(
     ts = knot_times(ts, "rectilinear_interpolation", strict=True)
     leading_length(ys, ts.shape[0], "rectilinear_interpolation(ts, ys)", "ys")
     like_data(replace_nans_at_start, ys, "rectilinear_interpolation", "replace_nans_at_start")
-    new_ts = jnp.repeat(ts, 2)[1:]
+    return _rectilinear(ts, ys, replace_nans_at_start)
+
+
+@eqx.filter_jit
+def _rectilinear(ts, ys, starts):
     step = lambda y, start: jnp.repeat(_fill_forward(y, start), 2, axis=0)[:-1]
-    return new_ts, map_leaves(step, ys, replace_nans_at_start)
+    return jnp.repeat(ts, 2)[1:], map_leaves(step, ys, starts)
 
 
 def _fill_forward(y, start) -> jax.Array:
