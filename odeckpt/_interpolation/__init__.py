@@ -5,7 +5,8 @@ data), to drive an ODE with it, and the local interpolations solvers declare as 
 dense output.
 
 - `path`: `AbstractPath`, a function of time with `evaluate` and `derivative`.
-- `knots`: `AbstractGlobalInterpolation` and finding the piece a time falls in.
+- `knots`: `AbstractGlobalInterpolation`; `AbstractPiecewise`, whose `evaluate` and
+  `derivative` run one compiled program each; finding the piece a time falls in.
 - `linear`, `cubic`: the two global interpolations.
 - `missing`: missing data (`NaN`): `linear_interpolation`, `rectilinear_interpolation`.
 - `hermite`: `backward_hermite_coefficients`.

@@ -5,14 +5,13 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import PyTree
 
-from odeckpt._core import RealScalarLike, promoted
+from odeckpt._core import promoted
 
 from .checks import cubic_coefficients, knot_times
-from .knots import AbstractGlobalInterpolation, locate
-from .path import increment
+from .knots import AbstractPiecewise, locate
 
 
-class CubicInterpolation(AbstractGlobalInterpolation):
+class CubicInterpolation(AbstractPiecewise):
     """A piecewise cubic path over the knots `ts`, given its coefficients.
 
     With `d, c, b, a = coeffs`, between `ts[i]` and `ts[i + 1]` the path is
@@ -48,23 +47,9 @@ class CubicInterpolation(AbstractGlobalInterpolation):
         return self.ts.shape[0]
 
     @eqx.filter_jit
-    def evaluate(
-        self, t0: RealScalarLike, t1: RealScalarLike | None = None, left: bool = True
-    ) -> PyTree[jax.Array]:
-        """The path at `t0`, or its increment from `t0` to `t1`.
-
-        Args:
-            t0: the time.
-            t1: if given, `evaluate(t1) - evaluate(t0)` is returned.
-            left: at a knot, the piece before it (the default) or after it.
-
-        Returns:
-            A PyTree like one row of the coefficients, in the dtype standard promotion
-            gives them and the times.
-        """
-        if t1 is not None:
-            return increment(self, t0, t1, left)
-        piece = locate(self.ts, self.ts_size, t0, left)
+    def _value(self, t: jax.Array, left: bool) -> PyTree[jax.Array]:
+        """The path at `t` (see `evaluate`)."""
+        piece = locate(self.ts, self.ts_size, t, left)
 
         def horner(d, c, b, a):
             d, c, b, a, s = promoted(*(x[piece.index] for x in (d, c, b, a)), piece.offset)
@@ -73,16 +58,8 @@ class CubicInterpolation(AbstractGlobalInterpolation):
         return jax.tree.map(horner, *self.coeffs)
 
     @eqx.filter_jit
-    def derivative(self, t: RealScalarLike, left: bool = True) -> PyTree[jax.Array]:
-        """The derivative `b[i] + 2 c[i] s + 3 d[i] s**2` of the piece `t` falls in.
-
-        Args:
-            t: the time.
-            left: at a knot, the piece before it (the default) or after it.
-
-        Returns:
-            A PyTree like one row of the coefficients.
-        """
+    def _slope(self, t: jax.Array, left: bool) -> PyTree[jax.Array]:
+        """The derivative at `t` (see `derivative`)."""
         piece = locate(self.ts, self.ts_size, t, left)
 
         def slope(d, c, b, a):

@@ -1,13 +1,16 @@
 """`AbstractGlobalInterpolation`: a path through data at knots `ts`, and finding the
 piece a time falls in."""
 
+import abc
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+from jaxtyping import PyTree
 
 from odeckpt._core import RealScalarLike, promoted
 
-from .path import AbstractPath
+from .path import AbstractPath, increment
 
 
 class AbstractGlobalInterpolation(AbstractPath):
@@ -34,6 +37,51 @@ class AbstractGlobalInterpolation(AbstractPath):
     def t1(self) -> jax.Array:  # pyright: ignore[reportIncompatibleVariableOverride]
         """The last knot, `ts[-1]`."""
         return self.ts[-1]
+
+
+class AbstractPiecewise(AbstractGlobalInterpolation):
+    """A global interpolation whose pieces are computed by one compiled program per
+    kind of query: `_value` and `_slope` at an array time (so that a new time, a Python
+    number included, never recompiles them)."""
+
+    def evaluate(
+        self, t0: RealScalarLike, t1: RealScalarLike | None = None, left: bool = True
+    ) -> PyTree[jax.Array]:
+        """The path at `t0`, or its increment from `t0` to `t1`.
+
+        Args:
+            t0: the time.
+            t1: if given, `evaluate(t1) - evaluate(t0)` is returned.
+            left: at a knot, the piece before it (the default) or after it; they differ
+                only where the path jumps (a repeated knot, or next to missing data).
+
+        Returns:
+            A PyTree like one row of the data, in the dtype standard promotion gives
+            the data and the times.
+        """
+        if t1 is not None:
+            return increment(self, t0, t1, left)
+        return self._value(jnp.asarray(t0), left)
+
+    def derivative(self, t: RealScalarLike, left: bool = True) -> PyTree[jax.Array]:
+        """The derivative of the piece `t` falls in.
+
+        Args:
+            t: the time.
+            left: at a knot, the left derivative (the default) or the right one.
+
+        Returns:
+            A PyTree like one row of the data.
+        """
+        return self._slope(jnp.asarray(t), left)
+
+    @abc.abstractmethod
+    def _value(self, t: jax.Array, left: bool) -> PyTree[jax.Array]:
+        """The path at the time `t` (compiled)."""
+
+    @abc.abstractmethod
+    def _slope(self, t: jax.Array, left: bool) -> PyTree[jax.Array]:
+        """The derivative at the time `t` (compiled)."""
 
 
 class Piece(eqx.Module):

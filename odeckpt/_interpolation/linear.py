@@ -5,14 +5,13 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import PyTree
 
-from odeckpt._core import RealScalarLike, promoted
+from odeckpt._core import promoted
 
 from .checks import knot_times, leading_length
-from .knots import AbstractGlobalInterpolation, locate, ratio
-from .path import increment
+from .knots import AbstractPiecewise, locate, ratio
 
 
-class LinearInterpolation(AbstractGlobalInterpolation):
+class LinearInterpolation(AbstractPiecewise):
     """Piecewise linear interpolation of data `ys` measured at times `ts`.
 
     Between `ts[i]` and `ts[i + 1]` the path is
@@ -50,23 +49,9 @@ class LinearInterpolation(AbstractGlobalInterpolation):
         return self.ts.shape[0]
 
     @eqx.filter_jit
-    def evaluate(
-        self, t0: RealScalarLike, t1: RealScalarLike | None = None, left: bool = True
-    ) -> PyTree[jax.Array]:
-        """The interpolated data at `t0`, or its increment from `t0` to `t1`.
-
-        Args:
-            t0: the time.
-            t1: if given, `evaluate(t1) - evaluate(t0)` is returned.
-            left: at a repeated knot, the value from the left (the default) or right.
-
-        Returns:
-            A PyTree like one row of `ys`, in the dtype standard promotion gives `ys`
-            and the times.
-        """
-        if t1 is not None:
-            return increment(self, t0, t1, left)
-        piece = locate(self.ts, self.ts_size, t0, left)
+    def _value(self, t: jax.Array, left: bool) -> PyTree[jax.Array]:
+        """The path at `t` (see `evaluate`)."""
+        piece = locate(self.ts, self.ts_size, t, left)
 
         def interpolate(y):
             start, end, fraction = promoted(y[piece.index], y[piece.index + 1], piece.fraction)
@@ -75,17 +60,8 @@ class LinearInterpolation(AbstractGlobalInterpolation):
         return jax.tree.map(interpolate, self.ys)
 
     @eqx.filter_jit
-    def derivative(self, t: RealScalarLike, left: bool = True) -> PyTree[jax.Array]:
-        """The slope of the piece `t` falls in (at a knot, of the piece before it when
-        `left`, else after it); 0 on a piece of zero width.
-
-        Args:
-            t: the time.
-            left: at a knot, the left derivative (the default) or the right one.
-
-        Returns:
-            A PyTree like one row of `ys`.
-        """
+    def _slope(self, t: jax.Array, left: bool) -> PyTree[jax.Array]:
+        """The derivative at `t` (see `derivative`)."""
         piece = locate(self.ts, self.ts_size, t, left)
 
         def slope(y):
