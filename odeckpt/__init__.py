@@ -24,6 +24,19 @@ from ._core import (
     is_okay as is_okay,
     is_successful as is_successful,
 )
+from ._interpolation import (
+    AbstractGlobalInterpolation as AbstractGlobalInterpolation,
+    AbstractLocalInterpolation as AbstractLocalInterpolation,
+    AbstractPath as AbstractPath,
+    CubicInterpolation as CubicInterpolation,
+    FourthOrderPolynomialInterpolation as FourthOrderPolynomialInterpolation,
+    LinearInterpolation as LinearInterpolation,
+    LocalLinearInterpolation as LocalLinearInterpolation,
+    ThirdOrderHermitePolynomialInterpolation as ThirdOrderHermitePolynomialInterpolation,
+    backward_hermite_coefficients as backward_hermite_coefficients,
+    linear_interpolation as linear_interpolation,
+    rectilinear_interpolation as rectilinear_interpolation,
+)
 from ._progress import (
     AbstractProgressMeter as AbstractProgressMeter,
     NoProgressMeter as NoProgressMeter,

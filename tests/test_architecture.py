@@ -26,7 +26,7 @@ PACKAGE = pathlib.Path(oc.__file__).parent
 
 LAYERS = (
     ("schedules", "_core"),
-    ("_terms", "_saveat", "_progress"),
+    ("_terms", "_saveat", "_progress", "_interpolation"),
     ("_solvers",),
     ("_controllers",),
     ("_checkpointing",),

@@ -319,6 +319,52 @@ ADJOINTS = [
          lambda: jax.jvp(lambda y0: _solve(y0=y0).ys, (Y0,), (Y0,))),
 ]  # fmt: skip
 
+_T = jnp.asarray([0.0, 1.0, 2.0, 3.0])
+_Y = jnp.ones(4)
+
+INTERPOLATION = [
+    Case("`ts` of an interpolation not 1-D", "ValueError",
+         "`LinearInterpolation(ts=...)` must be 1-D; got shape (2, 4).",
+         lambda: oc.LinearInterpolation(jnp.ones((2, 4)), _Y)),
+    Case("`ts` of an interpolation with one time", "ValueError",
+         "`CubicInterpolation(ts=...)` needs at least 2 times; got 1.",
+         lambda: oc.CubicInterpolation(jnp.asarray([0.0]), (_Y[:0],) * 4)),
+    Case("complex `ts` of an interpolation", "TypeError",
+         "`LinearInterpolation(ts=...)` must hold real times; got dtype complex128.",
+         lambda: oc.LinearInterpolation(_T.astype(jnp.complex128), _Y)),
+    Case("`ts` of an interpolation with NaN", "ValueError",
+         "`backward_hermite_coefficients(ts=...)` must be finite; got ts[2]=nan.",
+         lambda: oc.backward_hermite_coefficients(_T.at[2].set(jnp.nan), _Y)),
+    Case("`ts` of an interpolation decreasing", "ValueError",
+         "`LinearInterpolation(ts=...)` must be increasing; got ts[2]=0.5 after ts[1]=1.0: "
+         "sort by time.",
+         lambda: oc.LinearInterpolation(jnp.asarray([0.0, 1.0, 0.5, 3.0]), _Y)),
+    Case("repeated time in `ts` when filling in missing data", "ValueError",
+         "`linear_interpolation(ts=...)` must be strictly increasing; got ts[2]=1.0 after "
+         "ts[1]=1.0: merge the rows at repeated times.",
+         lambda: oc.linear_interpolation(jnp.asarray([0.0, 1.0, 1.0, 3.0]), _Y)),
+    Case("traced `ts` not increasing when filling in missing data",
+         "equinox.EquinoxRuntimeError",
+         "`backward_hermite_coefficients(ts=...)` must be strictly increasing (checked at run "
+         "time)",
+         lambda: _jit(lambda ts: oc.backward_hermite_coefficients(ts, _Y), _T[::-1])),
+    Case("data of another length than `ts`", "ValueError",
+         "`LinearInterpolation(ts, ys)`: every leaf of `ys` must have 4 entries along its "
+         "first axis; leaf ['b'] has shape (3,).",
+         lambda: oc.LinearInterpolation(_T, {"a": _Y, "b": _Y[:3]})),
+    Case("cubic coefficients not four PyTrees", "ValueError",
+         "`CubicInterpolation(ts, coeffs)`: `coeffs` must be a tuple `(d, c, b, a)` of four "
+         "PyTrees",
+         lambda: oc.CubicInterpolation(_T, (_Y[:3], _Y[:3]))),
+    Case("cubic coefficients of the wrong length", "ValueError",
+         "`CubicInterpolation(ts, coeffs)`: every leaf of `coeffs.d` must have 3 entries "
+         "along its first axis; leaf coeffs.d has shape (4,).",
+         lambda: oc.CubicInterpolation(_T, (_Y, _Y[:3], _Y[:3], _Y[:3]))),
+    Case("`deriv0` not structured like the data", "ValueError",
+         "`backward_hermite_coefficients(deriv0=...)` must have the PyTree structure of `ys`",
+         lambda: oc.backward_hermite_coefficients(_T, (_Y,), deriv0=0.0)),
+]  # fmt: skip
+
 FAILED = [
     Case("`max_steps` reached", "equinox.EquinoxRuntimeError",
          "`max_steps` (20) reached at t = 0.2 of [0, 1]. The maximum number of solver steps",
@@ -342,7 +388,7 @@ FAILED = [
                         y0=jnp.asarray([10.0]))),
 ]  # fmt: skip
 
-CASES = STATE + VECTOR_FIELD + TIMES + SAVEAT + OPTIONS + ADJOINTS + FAILED
+CASES = STATE + VECTOR_FIELD + TIMES + SAVEAT + OPTIONS + ADJOINTS + INTERPOLATION + FAILED
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.description for c in CASES])
