@@ -7,7 +7,6 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-
 from jaxtyping import PyTree
 
 from odeckpt._core import concrete
