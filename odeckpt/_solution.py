@@ -8,7 +8,7 @@ from jax import lax
 from jaxtyping import PyTree
 
 from ._checkpointing import LoopOutput
-from ._core import RESULTS, Y
+from ._core import RESULTS, Y, concrete
 from ._integrator import Integrator, Problem, SaveLayout, State, SubOutputs
 from ._saveat import SaveAt, SubSaveAt, sub_saves
 from ._solvers import DenseStep
@@ -96,10 +96,14 @@ class DenseInterpolation(eqx.Module):
         integrating forwards, the later one backwards)."""
         n = self.steps.t1.shape[0]
         ends = jnp.where(jnp.arange(n, dtype=jnp.int32) < self.num_steps, self.steps.t1, jnp.inf)
-        before = jnp.searchsorted(ends, tau, side="left")
-        after = jnp.searchsorted(ends, tau, side="right")
-        earlier = (self.direction > 0) == left
-        i = jnp.where(earlier, before, after)
+        direction = concrete(self.direction)
+        if direction is None:  # traced: both searches, and a select
+            before = jnp.searchsorted(ends, tau, side="left")
+            after = jnp.searchsorted(ends, tau, side="right")
+            i = jnp.where((self.direction > 0) == left, before, after)
+        else:
+            side = "left" if (direction > 0) == left else "right"
+            i = jnp.searchsorted(ends, tau, side=side)
         return jnp.clip(i, 0, jnp.maximum(self.num_steps - 1, 0))
 
 

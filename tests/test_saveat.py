@@ -46,8 +46,15 @@ def _solve(y0=_Y0, a=_A, saveat=None, t0=0.0, t1=1.0, dt0=0.05, **kwargs):
 # Values
 
 
-@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
-@pytest.mark.parametrize("direction", [1, -1], ids=["forward", "backward"])
+@pytest.mark.parametrize(
+    "dtype, direction",
+    [
+        (jnp.float64, 1),
+        (jnp.float32, -1),
+        pytest.param(jnp.float32, 1, marks=pytest.mark.slow),
+        pytest.param(jnp.float64, -1, marks=pytest.mark.slow),
+    ],
+)
 def test_subs_save_functions_of_the_state(dtype, direction):
     t0, t1 = (0.0, 1.0) if direction > 0 else (1.0, 0.0)
     ts = np.array([0.2, 0.5, 0.9])[::direction]
@@ -92,11 +99,11 @@ def test_plain_saveat_is_one_subsaveat():
 @pytest.mark.parametrize(
     "saveat, with_7, expected",
     [
-        (dict(steps=2), True, [2, 4, 6]),
-        (dict(steps=2, t1=True), True, [2, 4, 6, 7]),
-        (dict(steps=2, t1=True), False, [2, 4, 6]),
+        pytest.param(dict(steps=2), True, [2, 4, 6], marks=pytest.mark.slow),
+        pytest.param(dict(steps=2, t1=True), True, [2, 4, 6, 7], marks=pytest.mark.slow),
+        pytest.param(dict(steps=2, t1=True), False, [2, 4, 6], marks=pytest.mark.slow),
         (dict(steps=3, t1=True, t0=True), True, [0, 3, 6, 7]),
-        (dict(steps=3, t1=True, t0=True), False, [0, 3, 6]),
+        pytest.param(dict(steps=3, t1=True, t0=True), False, [0, 3, 6], marks=pytest.mark.slow),
         (dict(steps=2, ts=[1.5, 4.0], t1=True), True, [1.5, 2, 4, 4, 6, 7]),
     ],
 )
@@ -223,8 +230,16 @@ def _exact_loss(y0, a, w, c, direction=1):
 _ARGS = (jnp.asarray(_Y0), jnp.asarray(_A), jnp.asarray(_W), jnp.asarray(1.3))
 
 
-@pytest.mark.parametrize("direction", [1, -1], ids=["forward", "backward"])
-@pytest.mark.parametrize("adjoint", ADJOINTS.values(), ids=ADJOINTS.keys())
+_QUICK = {("checkpoint_3", 1), ("backsolve", -1), ("interpolating", 1)}
+_GRADIENT_CASES = [
+    pytest.param(adjoint, direction, id=f"{name}-{'forward' if direction > 0 else 'backward'}",
+                 marks=() if (name, direction) in _QUICK else pytest.mark.slow)
+    for name, adjoint in ADJOINTS.items()
+    for direction in (1, -1)
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("adjoint, direction", _GRADIENT_CASES)
 def test_gradients_through_fn_under_every_adjoint(adjoint, direction):
     got = jax.grad(_loss, argnums=(0, 1, 2, 3))(*_ARGS, adjoint, direction)
     want = jax.grad(_exact_loss, argnums=(0, 1, 2, 3))(*_ARGS, direction)
@@ -242,6 +257,7 @@ def test_forward_mode_through_fn():
         np.testing.assert_allclose(g, w, rtol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("adjoint", [oc.CheckpointAdjoint(), oc.BacksolveAdjoint()],
                          ids=["checkpoint", "backsolve"])  # fmt: skip
 def test_gradients_through_fn_under_vmap(adjoint):
@@ -255,6 +271,7 @@ def test_gradients_through_fn_under_vmap(adjoint):
     np.testing.assert_allclose(got[1], want[1], rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_gradients_through_fn_in_float32():
     args = jax.tree.map(lambda x: x.astype(jnp.float32), _ARGS)
     got = jax.grad(_loss, argnums=(0, 2))(*args, oc.InterpolatingAdjoint())
@@ -368,3 +385,27 @@ def test_solution_fields_as_diffrax_names_them():
     assert sol.made_jump is not None and not bool(sol.made_jump)
     only_state = _solve(saveat=oc.SaveAt(solver_state=True))
     assert only_state.ts is None and only_state.ys is None
+
+
+# ----------------------------------------------------------------------------------
+# Strict dtype promotion: float32 states with float64 times
+
+
+def _float32_run(adjoint):
+    args = jax.tree.map(lambda x: x.astype(jnp.float32), _ARGS)
+    grads = jax.grad(_loss, argnums=(0, 2))(*args, adjoint, -1)
+    sol = _solve(args[0], saveat=oc.SaveAt(dense=True), t0=1.0, t1=0.0, dt0=-0.05)
+    return grads, sol.derivative(jnp.asarray([0.3, 0.6])), sol.evaluate(0.2, 0.7)
+
+
+@pytest.mark.parametrize("adjoint", [pytest.param(oc.CheckpointAdjoint(), marks=pytest.mark.slow),
+                                     oc.InterpolatingAdjoint()],
+                         ids=["checkpoint", "interpolating"])  # fmt: skip
+def test_strict_promotion_gives_what_standard_promotion_gives(adjoint):
+    with jax.numpy_dtype_promotion("strict"):
+        strict = _float32_run(adjoint)
+    with jax.numpy_dtype_promotion("standard"):
+        standard = _float32_run(adjoint)
+    for s, w in zip(jax.tree.leaves(strict), jax.tree.leaves(standard), strict=True):
+        assert s.dtype == jnp.float32
+        np.testing.assert_array_equal(s, w)
