@@ -45,12 +45,10 @@ def checkpoint_scalar_bytes(y0, args) -> int | None:
         from odeckpt._integrator import Integrator, Problem
 
         def record(y0, args):
-            integrator = Integrator(
-                oc.Tsit5(), max_steps=8, save_ts=False, save_steps=False, save_dense=False, num_ts=0
-            )
+            integrator = Integrator(oc.Tsit5(), max_steps=8, saves=(), save_dense=False)
             t0, t1 = jnp.asarray(0.0), jnp.asarray(8.0)
             steps = UniformSteps(t0, t1, jnp.asarray(8))  # ConstantStepSize(), dt0 = 1
-            problem = Problem(oc.ODETerm(coupled_decay), args, steps, t1, t1, None)
+            problem = Problem(oc.ODETerm(coupled_decay), args, steps, t1, t1, ())
             state = integrator.init(problem, t0, y0, jnp.asarray(1.0))
             return integrator.compress(state)
 

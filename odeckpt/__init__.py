@@ -43,8 +43,8 @@ from ._progress import (
     TextProgressMeter as TextProgressMeter,
     TqdmProgressMeter as TqdmProgressMeter,
 )
-from ._saveat import SaveAt as SaveAt
-from ._solution import Solution as Solution
+from ._saveat import SaveAt as SaveAt, SubSaveAt as SubSaveAt, save_y as save_y
+from ._solution import DenseInterpolation as DenseInterpolation, Solution as Solution
 from ._solve import diffeqsolve as diffeqsolve
 from ._solvers import (
     AbstractAdaptiveSolver as AbstractAdaptiveSolver,

@@ -15,15 +15,16 @@ from odeckpt._controllers import (
     t1_floor,
 )
 from odeckpt._core import RESULTS, as_arrays, concrete, promoted_dtype, raise_if_failed
-from odeckpt._integrator import Integrator, Problem
+from odeckpt._integrator import Integrator, Problem, SaveLayout, SaveRequest
 from odeckpt._solvers import AbstractSolver
 
 from ._progress import AbstractProgressMeter, progress_callback
-from ._saveat import SaveAt
+from ._saveat import SaveAt, SubSaveAt, save_y, sub_saves
 from ._solution import Solution, build_solution
 from ._terms import ODETerm, as_term, time_reversed
 from ._validate import (
     check_inputs,
+    check_save_fns,
     check_times,
     check_values,
     check_vector_field,
@@ -83,30 +84,30 @@ def diffeqsolve(
     # (closure-converted) with them as arrays too.
     args = as_arrays(args)
     check_inputs(solver, stepsize_controller, adjoint, saveat, max_steps, dt0)
-    no_ts = saveat.ts is None or saveat.ts.shape[0] == 0  # an empty ts saves no row
-    ts = None if no_ts else saveat.ts
+    subs = sub_saves(saveat)[0]
+    ts = tuple(sub.ts for sub in subs if sub.ts is not None and sub.ts.shape[0] > 0)
     check_times(t0, t1, dt0, ts)
     max_steps = None if max_steps is None else int(max_steps)
-    tdtype = promoted_dtype(*[x for x in (t0, t1, dt0, saveat.ts) if x is not None], float)
+    tdtype = promoted_dtype(*[x for x in (t0, t1, dt0, *ts) if x is not None], float)
     y0 = floating_state(y0, tdtype)
     direction = known_direction(t0, t1)  # from the raw values: jnp.asarray traces under jit
     check_vector_field(term, jnp.asarray(t0, tdtype), y0, args)
+    check_save_fns(subs, jnp.asarray(t0, tdtype), y0, args)
     y0, invalid = check_values(y0, args, t0, t1, dt0, ts, stepsize_controller, throw)
     span = (concrete(t0), concrete(t1))  # for error messages, when known at trace time
     expected = expected_step_count(stepsize_controller, t0, t1, dt0, tdtype)
     fixed = not any(isinstance(t, jax.core.Tracer) for t in (t0, t1))  # no time derivative
     t0, t1 = jnp.asarray(t0, tdtype), jnp.asarray(t1, tdtype)
     sign, term = _in_internal_time(term, direction, t0, t1, tdtype)
-    ts = None if ts is None else ts.astype(tdtype) * sign
     tau0, tau1 = t0 * sign, t1 * sign
     term = ODETerm(eqx.filter_closure_convert(term.vf, tau0, y0, args))
     dt0 = None if dt0 is None else jnp.asarray(dt0, tdtype) * sign
     controller = stepsize_controller.for_solve(tau0, tau1, dt0, sign)
-    problem = Problem(term, args, controller, tau1, t1_floor(tau1), ts, expected)
+    saves = tuple(_save_request(sub, sign, tau0, y0, args) for sub in subs)
+    problem = Problem(term, args, controller, tau1, t1_floor(tau1), saves, expected)
     integrator = Integrator(
-        solver, max_steps=max_steps or 0, save_ts=ts is not None, save_steps=saveat.steps,
-        save_dense=saveat.dense, num_ts=0 if ts is None else ts.shape[0],
-        report=progress_callback(progress_meter),
+        solver, max_steps=max_steps or 0, saves=tuple(_layout(sub) for sub in subs),
+        save_dense=saveat.dense, report=progress_callback(progress_meter),
     )  # fmt: skip
     state0 = integrator.init(problem, tau0, y0, dt0)
     if invalid is not None:  # with `throw=False`: a bad input value stops the solve at t0
@@ -134,3 +135,23 @@ def _in_internal_time(term, direction, t0, t1, tdtype):
         return 1.0, term
     sign = jnp.where(t1 >= t0, 1, -1).astype(tdtype) if direction is None else -1.0
     return sign, time_reversed(term, sign)
+
+
+def _save_request(sub: SubSaveAt, sign, tau0, y0, args) -> SaveRequest:
+    """What the steps read of `sub`: its save times in internal time (`None` for none)
+    and its `fn` written in internal time, closure-converted so that gradients reach
+    the arrays it closes over."""
+    ts = None
+    if sub.ts is not None and sub.ts.shape[0] > 0:
+        ts = sub.ts.astype(tau0.dtype) * sign
+    if sub.fn is save_y:
+        return SaveRequest(ts, save_y)
+    fn = sub.fn
+    return SaveRequest(ts, eqx.filter_closure_convert(
+        lambda tau, y, args: fn(tau * sign, y, args), tau0, y0, args))  # fmt: skip
+
+
+def _layout(sub: SubSaveAt) -> SaveLayout:
+    """How many rows the steps write for `sub` (static)."""
+    num_ts = 0 if sub.ts is None else sub.ts.shape[0]
+    return SaveLayout(num_ts=num_ts, steps=sub.steps, saves_y=sub.fn is save_y)

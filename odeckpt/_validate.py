@@ -23,7 +23,7 @@ from odeckpt._controllers import AbstractStepSizeController
 from odeckpt._core import concrete
 from odeckpt._solvers import AbstractAdaptiveSolver, AbstractSolver
 
-from ._saveat import SaveAt
+from ._saveat import SaveAt, SubSaveAt, sub_saves
 
 
 def floating_state(y0, time_dtype):
@@ -87,8 +87,9 @@ def check_inputs(solver, controller, adjoint, saveat, max_steps, dt0):
     integer = isinstance(max_steps, int | np.integer) and not isinstance(max_steps, bool)
     if max_steps is not None and (not integer or max_steps < 1):
         raise ValueError(f"`max_steps` must be a positive integer or None; got {max_steps!r}.")
-    if max_steps is None and (saveat.steps or saveat.dense):
-        which = "steps" if saveat.steps else "dense"
+    steps = any(sub.steps for sub in sub_saves(saveat)[0])
+    if max_steps is None and (steps or saveat.dense):
+        which = "steps" if steps else "dense"
         raise ValueError(
             f"`SaveAt({which}=True)` keeps one row per step, so it needs a bound: pass an "
             "integer `max_steps` (the buffers have that many rows)."
@@ -113,10 +114,10 @@ def _tolerances(controller) -> tuple:
     return () if tolerances is None else tuple(zip(("rtol", "atol"), tolerances, strict=True))
 
 
-def check_times(t0, t1, dt0, ts):
+def check_times(t0, t1, dt0, ts: tuple):
     """`t0`, `t1` and `dt0` must be real scalars. When `t0` and `t1` are concrete (and
-    so the direction), a concrete `dt0` must point that way, and the save times `ts`
-    (`None`: none) must lie in `[t0, t1]` and run that way; these messages quote the
+    so the direction), a concrete `dt0` must point that way, and each array of save
+    times in `ts` must lie in `[t0, t1]` and run that way; these messages quote the
     values (`check_values` repeats the checks with short messages for traced values)."""
     for name, value in (("t0", t0), ("t1", t1), ("dt0", dt0)):
         if value is None:  # only dt0 may be None (checked by `check_inputs`)
@@ -138,7 +139,11 @@ def check_times(t0, t1, dt0, ts):
         raise ValueError(
             f"`dt0` must be nonzero with the sign of `t1 - t0`; got dt0={d} for t0={c0}, t1={c1}."
         )
-    values = None if ts is None else concrete(ts)
+    for times in ts:
+        _check_save_times(c0, c1, concrete(times))
+
+
+def _check_save_times(c0, c1, values) -> None:
     if values is None:
         return
     if (i := _first(_outside(np, c0, c1, values))) is not None:
@@ -208,6 +213,27 @@ def check_vector_field(term, t0, y0, args) -> None:
             )
 
 
+def check_save_fns(subs: list[SubSaveAt], t0, y0, args) -> None:
+    """Each `SubSaveAt`'s `fn(t0, y0, args)` must return a PyTree of floating (or
+    complex) arrays: its rows are filled with inf until written."""
+    for sub in subs:
+        out = eqx.filter_eval_shape(sub.fn, t0, y0, args)
+        for path, leaf in jax.tree_util.tree_flatten_with_path(out)[0]:
+            name = jax.tree_util.keystr(path) or "output"
+            if not isinstance(leaf, jax.ShapeDtypeStruct):
+                raise TypeError(
+                    f"`SaveAt(fn=...)` must return a PyTree of arrays; for leaf {name} "
+                    f"`fn(t0, y0, args)` returned a {type(leaf).__name__}. Return e.g. "
+                    "`jnp.asarray(value)`."
+                )
+            if not jnp.issubdtype(leaf.dtype, jnp.inexact):
+                raise TypeError(
+                    f"`SaveAt(fn=...)` must return floating arrays (unfilled rows are "
+                    f"inf); for leaf {name} `fn(t0, y0, args)` returned {leaf.dtype}. "
+                    "Cast it, e.g. `x.astype(float)`."
+                )
+
+
 def check_values(y0, args, t0, t1, dt0, ts, controller, throw: bool):
     """`(y0, invalid)`: the value checks of every input.
 
@@ -261,11 +287,11 @@ def _value_checks(y0, args, t0, t1, dt0, ts, controller):
     if dt0 is not None:
         message = "`dt0` must be finite and nonzero with the sign of `t1 - t0`."
         yield _ValueCheck((t0, t1, dt0), _bad_dt0, message)
-    if ts is not None:
+    for times in ts:
         message = "`SaveAt(ts=...)` must lie within [t0, t1]."
-        yield _ValueCheck((t0, t1, ts), _any(_outside), message)
+        yield _ValueCheck((t0, t1, times), _any(_outside), message)
         message = "`SaveAt(ts=...)` must run from t0 towards t1."
-        yield _ValueCheck((t0, t1, ts), _any(_backwards), message)
+        yield _ValueCheck((t0, t1, times), _any(_backwards), message)
     name = type(controller).__name__
     if controller.step_times is not None:
         steps = (t0, t1, controller.step_times)

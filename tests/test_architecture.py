@@ -346,9 +346,9 @@ def test_the_pipeline_validates_nothing_itself():
 
 
 def test_integrator_flags_are_keyword_only():
-    from odeckpt._integrator import Integrator
+    from odeckpt._integrator import Integrator, SaveLayout
 
+    saves = (SaveLayout(num_ts=3, steps=0, saves_y=True),)
     with pytest.raises(TypeError):
-        Integrator(oc.Tsit5(), 16, True, False, False, 3)  # pyright: ignore
-    Integrator(oc.Tsit5(), max_steps=16, save_ts=True, save_steps=False, save_dense=False,
-               num_ts=3)  # fmt: skip
+        Integrator(oc.Tsit5(), 16, saves, False)  # pyright: ignore
+    Integrator(oc.Tsit5(), max_steps=16, saves=saves, save_dense=False)

@@ -179,9 +179,27 @@ TIMES = [
 SAVEAT = [
     Case("`SaveAt()` with nothing to save", "ValueError", "`SaveAt()` saves nothing",
          lambda: oc.SaveAt()),
-    Case("`SaveAt(steps=n)` with n > 1", "ValueError",
-         "`SaveAt(steps=...)` must be True or False; got 2. Saving every n-th step is not "
-         "supported", lambda: oc.SaveAt(steps=2)),
+    Case("`SaveAt(steps)` negative or not an integer", "ValueError",
+         "`SaveAt(steps=...)` must be True, False or a non-negative integer n (every n-th "
+         "step); got -1.", lambda: oc.SaveAt(steps=-1)),
+    Case("`SubSaveAt()` with nothing to save", "ValueError", "`SubSaveAt()` saves nothing",
+         lambda: oc.SubSaveAt(fn=lambda t, y, args: y)),
+    Case("`SaveAt(subs=...)` with `t0`, `t1`, `ts`, `steps` or `fn`", "ValueError",
+         "`SaveAt(subs=...)` takes every output from its `SubSaveAt`s",
+         lambda: oc.SaveAt(t1=True, subs=oc.SubSaveAt(t0=True))),
+    Case("`SaveAt(subs=...)` holding something else", "ValueError",
+         "`SaveAt(subs=...)` must be a PyTree of `SubSaveAt`; it holds a str.",
+         lambda: oc.SaveAt(subs=[oc.SubSaveAt(t0=True), "t1"])),
+    Case("`SaveAt(fn)` not callable", "TypeError",
+         "`SaveAt(fn=...)` must be a function `fn(t, y, args)`; got int.",
+         lambda: oc.SaveAt(t1=True, fn=3)),
+    Case("`SaveAt(fn)` returning a non-array", "TypeError",
+         "`SaveAt(fn=...)` must return a PyTree of arrays; for leaf [1] `fn(t0, y0, args)` "
+         "returned a str.", lambda: _solve(saveat=oc.SaveAt(t1=True, fn=lambda t, y, a: (y, "y")))),
+    Case("`SaveAt(fn)` returning integers or booleans", "TypeError",
+         "`SaveAt(fn=...)` must return floating arrays (unfilled rows are inf); for leaf output "
+         "`fn(t0, y0, args)` returned bool.",
+         lambda: _solve(saveat=oc.SaveAt(t1=True, fn=lambda t, y, a: y > 0))),
     Case("`SaveAt(ts)` with NaN or inf", "ValueError",
          "`SaveAt(ts=...)` must be finite; got ts[1]=nan.",
          lambda: oc.SaveAt(ts=jnp.asarray([0.1, jnp.nan, 0.9]))),
@@ -206,6 +224,9 @@ SAVEAT = [
     Case("`Solution.evaluate` without dense output", "ValueError",
          "`Solution.evaluate` needs dense output: pass `saveat=SaveAt(dense=True)`.",
          lambda: _solve().evaluate(0.5)),
+    Case("`Solution.derivative` without dense output", "ValueError",
+         "`Solution.derivative` needs dense output: pass `saveat=SaveAt(dense=True)`.",
+         lambda: _solve().derivative(0.5)),
 ]  # fmt: skip
 
 OPTIONS = [

@@ -258,9 +258,7 @@ def _checkpoints_used(adjoint, y0):
     from odeckpt._integrator import Integrator
 
     state0 = eqx.filter_eval_shape(_state0, y0)
-    integrator = Integrator(
-        oc.Tsit5(), max_steps=4096, save_ts=False, save_steps=False, save_dense=False, num_ts=0
-    )
+    integrator = Integrator(oc.Tsit5(), max_steps=4096, saves=(), save_dense=False)
     return adjoint.num_checkpoints(integrator, state0, 4096)
 
 
@@ -270,10 +268,10 @@ def _state0(y0):
 
     steps = UniformSteps(jnp.asarray(0.0), jnp.asarray(1.0), jnp.asarray(10))  # dt0 = 0.1
     problem = Problem(oc.ODETerm(lambda t, y, a: -y), None, steps,
-                      jnp.asarray(1.0), jnp.asarray(1.0), None)  # fmt: skip
-    return Integrator(
-        oc.Tsit5(), max_steps=4096, save_ts=False, save_steps=False, save_dense=False, num_ts=0
-    ).init(problem, jnp.asarray(0.0), y0, jnp.asarray(0.1))
+                      jnp.asarray(1.0), jnp.asarray(1.0), ())  # fmt: skip
+    return Integrator(oc.Tsit5(), max_steps=4096, saves=(), save_dense=False).init(
+        problem, jnp.asarray(0.0), y0, jnp.asarray(0.1)
+    )
 
 
 def test_schedules_module_is_public():

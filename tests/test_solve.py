@@ -114,14 +114,14 @@ def test_saveat_layout(which):
         problem.vector_field, oc.Dopri5(), 0.0, 1.0, 0.25, jnp.asarray(problem.y0),
         problem.args, saveat=saveat, max_steps=6,
     )  # fmt: skip
-    parts = {
-        "t0": [0.0],
-        "ts": list(ts),
-        "steps": [0.25, 0.5, 0.75, 1.0, np.inf, np.inf],
-        "t1": [1.0],
-    }
-    expected_ts = np.array([t for key in ("t0", "ts", "steps", "t1") if key in which
-                            for t in parts[key]])  # fmt: skip
+    # As diffrax lays them out: t0, then the save-time and step rows in time order, then
+    # t1 (which `steps=True` saves as its last step), then the unused step rows.
+    parts = {"ts": list(ts), "steps": [0.25, 0.5, 0.75, 1.0]}
+    rows = sorted(t for key in ("ts", "steps") if key in which for t in parts[key])
+    first = [0.0] if "t0" in which else []
+    last = [1.0] if "t1" in which and "steps" not in which else []
+    unused = [np.inf, np.inf] if "steps" in which else []
+    expected_ts = np.array(first + rows + last + unused)
     np.testing.assert_allclose(sol.ts, expected_ts, rtol=1e-15, atol=0)
     finite = np.isfinite(expected_ts)
     assert sol.ys.shape == (len(expected_ts), 2)
@@ -201,12 +201,13 @@ def test_float32_state_stays_float32(controller, dt0):
     problem = DECAY
     y0 = jnp.asarray(problem.y0, dtype=jnp.float32)
     ts = jnp.asarray([0.5, 1.0])
+    subs = [oc.SubSaveAt(ts=ts), oc.SubSaveAt(steps=True), oc.SubSaveAt(t1=True)]
     sol = _solve(problem, 0.0, 2.0, dt0, y0=y0, stepsize_controller=controller,
-                 saveat=oc.SaveAt(ts=ts, steps=True, t1=True, dense=True))  # fmt: skip
-    assert sol.ys.dtype == jnp.float32
+                 saveat=oc.SaveAt(subs=subs, dense=True))  # fmt: skip
+    assert [ys.dtype for ys in sol.ys] == [jnp.float32] * 3
     assert sol.evaluate(0.3).dtype == jnp.float32
-    np.testing.assert_allclose(sol.ys[:2], reference(problem, ts), rtol=1e-4)
-    np.testing.assert_allclose(sol.ys[-1], reference(problem, [2.0])[0], rtol=1e-4)
+    np.testing.assert_allclose(sol.ys[0], reference(problem, ts), rtol=1e-4)
+    np.testing.assert_allclose(sol.ys[2][0], reference(problem, [2.0])[0], rtol=1e-4)
 
 
 # ----------------------------------------------------------------------------------
@@ -343,9 +344,9 @@ def test_integer_y0_solves_in_the_time_dtype(t0, t1):
 
 
 def test_saveat_steps_takes_diffraxs_integer_spelling():
-    assert oc.SaveAt(steps=1).steps is True
-    assert oc.SaveAt(steps=0, t1=True).steps is False
-    assert oc.SaveAt(steps=np.True_).steps is True
+    assert oc.SaveAt(steps=True).subs.steps == 1
+    assert oc.SaveAt(steps=False, t1=True).subs.steps == 0
+    assert oc.SaveAt(steps=np.True_).subs.steps == 1
 
 
 @pytest.mark.parametrize("controller", [oc.ConstantStepSize(), oc.PIDController(1e-8, 1e-8)])

@@ -11,7 +11,7 @@ import jax
 class Emitter(eqx.Module):
     """Writes `value(problem, record, j)` into row `j` of a buffer, for j in `span`."""
 
-    span: Callable = eqx.field(static=True)  # (state, new_state) -> (lo, hi)
+    span: Callable = eqx.field(static=True)  # (problem, state, new_state) -> (lo, hi)
     value: Callable = eqx.field(static=True)  # (problem, record, j) -> PyTree
     size: int = eqx.field(static=True)
 

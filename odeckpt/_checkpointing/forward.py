@@ -26,7 +26,7 @@ def write_outputs(body: AbstractForwardBody, problem, state, new, record, buffer
     """The buffers with the outputs of the step `state -> new` (its `record`) written."""
     out = []
     for e, buf in zip(body.emitters, buffers, strict=True):
-        lo, hi = e.span(state, new)
+        lo, hi = e.span(problem, state, new)
 
         def put(j, b, e=e):
             value = e.value(problem, record, j)

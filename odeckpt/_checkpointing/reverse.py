@@ -38,7 +38,7 @@ def _emitter_cotangents(body, problem, state, new, record, ct_buffers):
     rec_d, rec_s = eqx.partition(record, is_diff)
     acc = batched_like((tree_zeros_like(pr_d), tree_zeros_like(rec_d)), (state, ct_buffers))
     for e, ct_buf in zip(body.emitters, ct_buffers, strict=True):
-        lo, hi = e.span(state, new)
+        lo, hi = e.span(problem, state, new)
 
         def pull(j, acc, e=e, ct_buf=ct_buf):
             fn = lambda a, b: e.value(eqx.combine(a, pr_s), eqx.combine(b, rec_s), j)  # noqa: E731

@@ -4,13 +4,19 @@ the records it shares with the loops, the adjoints and the Solution.
 - `state`: `State` (the loop state), `Problem` (what a step reads), `Checkpoint`,
   `RecordedDecisions` (what a replayed step imposes), `Record` (what an accepted step
   hands to the output writers).
-- `outputs`: the emitters of `SaveAt(ts=...)`, `SaveAt(steps=True)` and dense output,
-  and `Outputs`, the record of their buffers.
+- `outputs`: the emitters of each `SubSaveAt`'s rows and of dense output, the records
+  of what they read (`SaveRequest`, `SaveLayout`) and of their buffers (`Outputs`).
 - `integrator`: `Integrator`.
 """
 
 from .integrator import Integrator as Integrator
-from .outputs import Outputs as Outputs, count_at_or_before as count_at_or_before
+from .outputs import (
+    Outputs as Outputs,
+    SaveLayout as SaveLayout,
+    SaveRequest as SaveRequest,
+    SubOutputs as SubOutputs,
+    count_at_or_before as count_at_or_before,
+)
 from .state import (
     Checkpoint as Checkpoint,
     Problem as Problem,

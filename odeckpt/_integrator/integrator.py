@@ -20,7 +20,7 @@ from odeckpt._core import RESULTS, Y, all_finite, pack, unpack
 from odeckpt._solvers import AbstractSolver, DenseStep
 
 from . import outputs as _outputs
-from .outputs import Outputs, count_at_or_before
+from .outputs import Outputs, SaveLayout
 from .state import Checkpoint, Problem, Record, RecordedDecisions, State, pack_counts
 
 
@@ -60,17 +60,15 @@ class Integrator(eqx.Module):
         solver: the solver (positional; every other field is keyword-only).
         max_steps: bound on attempted steps (0 for an unbounded loop): the number of
             rows of the per-step outputs.
-        save_ts, save_steps, save_dense: which outputs the steps write (`SaveAt`).
-        num_ts: the number of `SaveAt(ts=...)` rows.
+        saves: the rows the steps write for each `SubSaveAt` (`SaveLayout`s).
+        save_dense: the steps also write their dense output (`SaveAt(dense=True)`).
         report: progress callback `(t0, t1, t, i, final=False) -> None`, or `None`.
     """
 
     solver: AbstractSolver
     max_steps: int = eqx.field(kw_only=True)
-    save_ts: bool = eqx.field(kw_only=True)
-    save_steps: bool = eqx.field(kw_only=True)
+    saves: tuple[SaveLayout, ...] = eqx.field(kw_only=True)
     save_dense: bool = eqx.field(kw_only=True)
-    num_ts: int = eqx.field(kw_only=True)
     report: Callable | None = eqx.field(kw_only=True, default=None)
 
     def init(self, problem: Problem, t0, y0: Y, dt0) -> State:
@@ -80,12 +78,9 @@ class Integrator(eqx.Module):
         first = Decision(jnp.asarray(True), dt, memory, jnp.asarray(0))
         t_next = self._next_time(problem, t0, first, jnp.asarray(True))
         zero = jnp.asarray(0, jnp.int32)
-        save_index = zero
-        if problem.ts is not None:
-            save_index = count_at_or_before(problem.ts, t0)
         return State(
             t=t0, t_next=t_next, y=y0, solver_state=k0, controller=memory,
-            counts=pack_counts(zero, zero, save_index, RESULTS.successful),
+            counts=pack_counts(zero, zero, RESULTS.successful),
         )  # fmt: skip
 
     def step(self, problem: Problem, state: State, decisions: RecordedDecisions | None = None):
@@ -95,7 +90,7 @@ class Integrator(eqx.Module):
         (derivatives still flow through the recomputed `t_next`)."""
         t0, dt = state.t, state.t_next - state.t
         out = self.solver.step(problem.term, t0, dt, state.y, state.solver_state, problem.args,
-                               dense=self.save_ts or self.save_dense)  # fmt: skip
+                               dense=self.evaluates_dense)  # fmt: skip
         if decisions is not None and _light_replay(problem, state):
             return self._replayed(problem, state, decisions, out)
         error_order = self.solver.error_order(problem.term)
@@ -141,8 +136,7 @@ class Integrator(eqx.Module):
             solver_state=_select(accepted, out.state, state.solver_state),
             controller=controller,
             counts=pack_counts(state.num_accepted + accepted.astype(jnp.int32),
-                               state.num_rejected + (~accepted).astype(jnp.int32),
-                               self._save_index(problem, t, state.save_index), result),
+                               state.num_rejected + (~accepted).astype(jnp.int32), result),
         )  # fmt: skip
         record = Record(DenseStep(state.t, state.t_next, state.y, out.coeffs), out.y1)
         return new, record, accepted
@@ -165,11 +159,6 @@ class Integrator(eqx.Module):
     def _next_time(self, problem, t, decision, accepted):
         proposal = problem.controller.next_time(t, decision)
         return clip_to_end(t, proposal.astype(t.dtype), problem, accepted)
-
-    def _save_index(self, problem, t, index):
-        if problem.ts is None:
-            return index
-        return count_at_or_before(problem.ts, t)
 
     def cond(self, problem: Problem, state: State) -> jax.Array:
         return (state.t < problem.t1) & (state.result == RESULTS.successful)
@@ -194,17 +183,25 @@ class Integrator(eqx.Module):
         assert self.report is not None
         self.report(state0.t, problem.t1, state.t, i)
 
-    def _emitters(self) -> tuple[Emitter, ...]:
-        return _outputs.emitters(
-            save_ts=self.save_ts, save_steps=self.save_steps, save_dense=self.save_dense,
-            num_ts=self.num_ts, max_steps=self.max_steps,
-        )  # fmt: skip
+    @property
+    def evaluates_dense(self) -> bool:
+        """Whether a step computes its dense output (for save times or dense output)."""
+        return self.save_dense or any(layout.num_ts for layout in self.saves)
 
-    def outputs(self, buffers: tuple) -> Outputs:
-        """The loop's output buffers (or their cotangents), one per emitter, as a record."""
-        return _outputs.outputs(
-            buffers, save_ts=self.save_ts, save_steps=self.save_steps, save_dense=self.save_dense
+    def _emitters(self) -> tuple[Emitter, ...]:
+        return _outputs.emitters(self.saves, save_dense=self.save_dense, max_steps=self.max_steps)
+
+    def state_emitters(self) -> tuple[Emitter, ...]:
+        """Emitters of `y` itself at the rows of each `SubSaveAt` whose `fn` is not
+        `save_y` (what the continuous adjoints pull `fn`'s cotangents back through)."""
+        return _outputs.emitters(
+            self.saves, save_dense=False, max_steps=self.max_steps, of_state=True
         )
+
+    def outputs(self, buffers: tuple, *, of_state: bool = False) -> Outputs:
+        """The loop's output buffers (or their cotangents), one per emitter, as a record;
+        with `of_state`, those of `state_emitters`."""
+        return _outputs.outputs(buffers, self.saves, save_dense=self.save_dense, of_state=of_state)
 
     def computing_dense(self) -> "Integrator":
         """This integrator with `save_dense=True`: its steps also compute their dense

@@ -1,10 +1,17 @@
 """What the steps save: one `Emitter` per requested output, and `Outputs`, the record
 of their buffers that the Solution and the continuous adjoints read.
 
-Each emitter writes rows `j` of its own buffer for `j` in its span (see
+Each `SubSaveAt` of the request has a `SaveLayout` (static: how many rows) and a
+`SaveRequest` (in the `Problem`: its save times and its `fn`, whose arrays gradients
+reach). Each emitter writes rows `j` of its own buffer for `j` in its span (see
 `odeckpt._checkpointing.Emitter`): `SaveAt(ts=...)` the rows of the save times a step
-crossed, `SaveAt(steps=True)` and dense output one row per accepted step.
+crossed, `SaveAt(steps=n)` one row per `n`-th accepted step, dense output one row per
+accepted step. The `t0` and `t1` rows are not written by the steps: `build_solution`
+adds them.
 """
+
+import functools as ft
+from collections.abc import Callable
 
 import equinox as eqx
 import jax
@@ -17,40 +24,98 @@ from odeckpt._solvers import DenseStep
 from .state import Problem, Record, State
 
 
-class Outputs(eqx.Module):
-    """The loop's output buffers (or their cotangents) by output; `None` where not saved.
+class SaveRequest(eqx.Module):
+    """What the steps read of one `SubSaveAt` (a leaf group of `Problem.saves`).
 
     Attributes:
-        ts: `SaveAt(ts=...)`: `y` at each save time, leaves `(num_ts, ...)`.
-        steps: `SaveAt(steps=True)`: `(step_ts, step_ys)`, one row per accepted step
-            (`max_steps` rows, `inf` where unfilled).
-        dense: `SaveAt(dense=True)`: every accepted step's polynomial.
+        ts: its save times in internal time (ascending), or `None` for no rows.
+        fn: `fn(tau, y, args)` in internal time: what a row holds.
+    """
+
+    ts: jax.Array | None
+    fn: Callable
+
+
+class SaveLayout(eqx.Module):
+    """How many rows the steps write for one `SubSaveAt` (all static).
+
+    Attributes:
+        num_ts: rows at save times (0: none).
+        steps: save every `steps`-th accepted step (0: none).
+        saves_y: its `fn` is the state itself (`save_y`): the rows are `y`.
+    """
+
+    num_ts: int = eqx.field(static=True)
+    steps: int = eqx.field(static=True)
+    saves_y: bool = eqx.field(static=True)
+
+
+class SubOutputs(eqx.Module):
+    """One `SubSaveAt`'s buffers (or their cotangents); `None` where not saved.
+
+    Attributes:
+        ts: `fn` at each save time, leaves `(num_ts, ...)`.
+        steps: `(step_ts, rows)`: `fn` after every `steps`-th accepted step
+            (`max_steps // steps` rows, `inf` where unfilled).
     """
 
     ts: Y | None = None
     steps: tuple[jax.Array, Y] | None = None
+
+
+class Outputs(eqx.Module):
+    """The loop's output buffers (or their cotangents) by output.
+
+    Attributes:
+        subs: one `SubOutputs` per `SubSaveAt`, in the order of `Integrator.saves`.
+        dense: `SaveAt(dense=True)`: every accepted step's polynomial, or `None`.
+    """
+
+    subs: tuple[SubOutputs, ...]
     dense: DenseStep | None = None
 
 
+def _saved(layout: SaveLayout, of_state: bool) -> bool:
+    """Whether a `SubSaveAt` has buffers: of `fn`, or (`of_state`) of `y` where `fn`
+    is not `y` itself (the continuous adjoints' pullback of `fn` reads them)."""
+    return not (of_state and layout.saves_y)
+
+
 def emitters(
-    *, save_ts: bool, save_steps: bool, save_dense: bool, num_ts: int, max_steps: int
+    layouts: tuple[SaveLayout, ...], *, save_dense: bool, max_steps: int, of_state: bool = False
 ) -> tuple[Emitter, ...]:
-    """The emitters of the requested outputs, in the order of `Outputs`' fields."""
+    """The emitters of the requested outputs, in the order `outputs` reads them back.
+
+    With `of_state`, the emitters write `y` itself at the rows of every `SubSaveAt`
+    whose `fn` is not `save_y` (and no dense output)."""
     out = []
-    if save_ts:
-        out.append(Emitter(_ts_span, _ts_value, num_ts))
-    if save_steps:
-        out.append(Emitter(_step_span, _step_value, max_steps))
-    if save_dense:
-        out.append(Emitter(_step_span, _dense_value, max_steps))
+    for k, layout in enumerate(layouts):
+        if not _saved(layout, of_state):
+            continue
+        if layout.num_ts:
+            out.append(Emitter(ft.partial(_ts_span, k), ft.partial(_ts_value, k, of_state),
+                               layout.num_ts))  # fmt: skip
+        if layout.steps:
+            out.append(Emitter(ft.partial(_step_span, layout.steps),
+                               ft.partial(_step_value, k, of_state),
+                               max_steps // layout.steps))  # fmt: skip
+    if save_dense and not of_state:
+        out.append(Emitter(ft.partial(_step_span, 1), _dense_value, max_steps))
     return tuple(out)
 
 
-def outputs(buffers: tuple, *, save_ts: bool, save_steps: bool, save_dense: bool) -> Outputs:
-    """The loop's buffers (one per emitter, in `emitters`' order) as an `Outputs` record."""
+def outputs(
+    buffers: tuple, layouts: tuple[SaveLayout, ...], *, save_dense: bool, of_state: bool = False
+) -> Outputs:
+    """The buffers (one per emitter, in `emitters`' order) as an `Outputs` record."""
     rows = list(buffers)
     take = lambda saved: rows.pop(0) if saved else None  # noqa: E731
-    record = Outputs(ts=take(save_ts), steps=take(save_steps), dense=take(save_dense))
+    subs = []
+    for layout in layouts:
+        saved = _saved(layout, of_state)
+        ts = take(saved and layout.num_ts > 0)
+        subs.append(SubOutputs(ts=ts, steps=take(saved and layout.steps > 0)))
+    record = Outputs(tuple(subs), dense=take(save_dense and not of_state))
     assert not rows, "one buffer per emitter"
     return record
 
@@ -67,21 +132,27 @@ def count_at_or_before(ts, t) -> jax.Array:
     return jnp.searchsorted(ts, t, side="right").astype(jnp.int32)
 
 
-def _ts_span(state: State, new: State):
-    return state.save_index, new.save_index
+def _ts_span(k: int, problem: Problem, state: State, new: State):
+    ts = problem.saves[k].ts
+    return count_at_or_before(ts, state.t), count_at_or_before(ts, new.t)
 
 
-def _ts_value(problem: Problem, record: Record, j):
-    assert problem.ts is not None
-    return record.dense.evaluate(problem.ts[j])
+def _observed(k: int, of_state: bool, problem: Problem, t, y):
+    return y if of_state else problem.saves[k].fn(t, y, problem.args)
 
 
-def _step_span(state: State, new: State):
-    return state.num_accepted, new.num_accepted
+def _ts_value(k: int, of_state: bool, problem: Problem, record: Record, j):
+    t = problem.saves[k].ts[j]
+    return _observed(k, of_state, problem, t, record.dense.evaluate(t))
 
 
-def _step_value(problem: Problem, record: Record, j):
-    return record.dense.t1, record.y1
+def _step_span(every: int, problem: Problem, state: State, new: State):
+    return state.num_accepted // every, new.num_accepted // every
+
+
+def _step_value(k: int, of_state: bool, problem: Problem, record: Record, j):
+    t = record.dense.t1
+    return t, _observed(k, of_state, problem, t, record.y1)
 
 
 def _dense_value(problem: Problem, record: Record, j):

@@ -15,24 +15,24 @@ from odeckpt._solvers import DenseStep
 from odeckpt._terms import AbstractTerm
 
 # Positions in `State.counts`.
-_ACCEPTED, _REJECTED, _SAVE_INDEX, _RESULT = range(4)
+_ACCEPTED, _REJECTED, _RESULT = range(3)
 
 
 def _counter(position: int, doc: str) -> property:
     return property(lambda state: state.counts[position], doc=doc)
 
 
-def pack_counts(num_accepted, num_rejected, save_index, result) -> jax.Array:
-    """`State.counts` from its four values (in the order of the positions above)."""
-    values = (num_accepted, num_rejected, save_index, result)
+def pack_counts(num_accepted, num_rejected, result) -> jax.Array:
+    """`State.counts` from its three values (in the order of the positions above)."""
+    values = (num_accepted, num_rejected, result)
     return jnp.stack([jnp.asarray(v).astype(jnp.int32) for v in values])
 
 
 class State(eqx.Module):
     """The loop state between two attempted steps.
 
-    The four int32 counters travel as one vector (`counts`): each step updates them
-    in one kernel instead of four (XLA's CPU runtime launches a kernel per value a
+    The int32 counters travel as one vector (`counts`): each step updates them
+    in one kernel instead of three (XLA's CPU runtime launches a kernel per value a
     loop carries, and a step's own work on a small state is a dozen kernels)."""
 
     t: jax.Array  # current time
@@ -40,11 +40,10 @@ class State(eqx.Module):
     y: Y
     solver_state: PyTree  # e.g. f(t, y) for Runge–Kutta: recomputed on restore
     controller: ControllerState
-    counts: jax.Array  # int32 (num_accepted, num_rejected, save_index, result)
+    counts: jax.Array  # int32 (num_accepted, num_rejected, result)
 
     num_accepted = _counter(_ACCEPTED, "Accepted steps so far.")
     num_rejected = _counter(_REJECTED, "Rejected steps so far.")
-    save_index = _counter(_SAVE_INDEX, "The next row of `SaveAt(ts)` to fill.")
     result = _counter(_RESULT, "The `RESULTS` code: 0 while the solve goes well.")
 
     def with_result(self, result) -> "State":
@@ -72,7 +71,7 @@ class Problem(eqx.Module):
     controller: AbstractLoopController  # the controller the loop runs (`for_solve`)
     t1: jax.Array
     t1_floor: jax.Array  # t1 less ~100 ulp: a step ending past it is clipped to t1
-    ts: jax.Array | None
+    saves: tuple  # one `SaveRequest` per `SubSaveAt` (its save times and `fn`)
     # The number of steps when known before the solve (fixed steps, concrete times).
     expected_steps: int | None = eqx.field(static=True, default=None)
 

@@ -22,10 +22,15 @@ class DenseStep(eqx.Module):
     y0: Y
     coeffs: Y
 
+    def _theta(self, t):
+        """`(theta, h)`: where `t` lies in the step as a fraction of it, and its length
+        (`theta = 0` for a step of length zero)."""
+        h = self.t1 - self.t0
+        return jnp.where(h == 0, 0.0, (t - self.t0) / jnp.where(h == 0, 1.0, h)), h
+
     def evaluate(self, t) -> Y:
         """Evaluate at time `t` in `[t0, t1]` (a single step, not stacked)."""
-        h = self.t1 - self.t0
-        theta = jnp.where(h == 0, 0.0, (t - self.t0) / jnp.where(h == 0, 1.0, h))
+        theta, _ = self._theta(t)
 
         def leaf(y0, c):
             powers = theta ** jnp.arange(1, c.shape[0] + 1, dtype=theta.dtype)
@@ -33,6 +38,21 @@ class DenseStep(eqx.Module):
             return y0 + jnp.sum(c * powers, axis=0)
 
         return jax.tree.map(leaf, self.y0, self.coeffs)
+
+    def derivative(self, t) -> Y:
+        """The time derivative of the polynomial at `t` in `[t0, t1]` (a single step):
+        `sum_j (j + 1) coeffs[j] theta^j / h`; zero for a step of length zero."""
+        theta, h = self._theta(t)
+        scale = jnp.where(h == 0, 0.0, 1 / jnp.where(h == 0, 1.0, h))
+
+        def leaf(c):  # Horner's scheme in theta (no 0 ** 0 to differentiate)
+            x = theta.astype(c.dtype)
+            acc = jnp.zeros_like(c[0])
+            for j in reversed(range(c.shape[0])):
+                acc = acc * x + (j + 1) * c[j]
+            return acc * scale.astype(c.dtype)
+
+        return jax.tree.map(leaf, self.coeffs)
 
 
 def hermite_coeffs(y0: Y, y1: Y, f0: Y, f1: Y, dt) -> Y:

@@ -7,11 +7,15 @@ What the backward pass needs besides the saved outputs:
 - every `every`-th accepted state (`anchor_t`, `anchor_y`, and the solver state
   `anchor_k` when steps are replayed from there): anchors for `BacksolveAdjoint`,
   replay starts for `InterpolatingAdjoint`;
-- or every accepted step's dense polynomial (`dense`), when it all fits in memory.
+- or every accepted step's dense polynomial (`dense`), when it all fits in memory;
+- `y` itself at the rows of each `SubSaveAt` whose `fn` is not `save_y` (`saved_y`):
+  the backward pass pulls the outputs' cotangents back through `fn` there.
 
 The loop is `forward_loop` itself, over a state `(State, Tape)`: the solve's own
 steps and output buffers are exactly those of `forward_loop`.
 """
+
+import dataclasses
 
 import equinox as eqx
 import jax
@@ -48,6 +52,7 @@ class Tape(eqx.Module):
     anchor_y: object  # y at anchor q, leaves (slots, ...)
     anchor_k: object  # the solver state (f(t, y) for Runge–Kutta) at anchor q, or None
     dense: DenseStep | None  # every accepted step's polynomial (max_steps rows)
+    saved_y: tuple = ()  # the buffers of `Integrator.state_emitters()`
 
 
 def empty_tape(integrator: Integrator, problem: Problem, state0: State, plan: TapePlan):
@@ -106,7 +111,8 @@ def _taped_body(integrator: Integrator, plan: TapePlan) -> ForwardBody:
         return (new, _record_step(tape, state, new, record, accepted)), record, accepted
 
     emitters = tuple(
-        Emitter(lambda s, n, e=e: e.span(s[0], n[0]), e.value, e.size) for e in body.emitters
+        Emitter(lambda p, s, n, e=e: e.span(p, s[0], n[0]), e.value, e.size)
+        for e in (*body.emitters, *integrator.state_emitters())
     )
     cond = lambda problem, carry: body.cond(problem, carry[0])  # noqa: E731
     progress = None
@@ -123,4 +129,6 @@ def taped_loop(
     tape0 = empty_tape(integrator, problem, state0, plan)
     out = forward_loop(_taped_body(integrator, plan), problem, (state0, tape0), max_steps)
     final, tape = out.state
-    return LoopOutput(final, out.buffers, out.num_steps), tape
+    outputs = len(integrator.body().emitters)
+    tape = dataclasses.replace(tape, saved_y=out.buffers[outputs:])
+    return LoopOutput(final, out.buffers[:outputs], out.num_steps), tape

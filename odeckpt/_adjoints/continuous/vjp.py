@@ -23,11 +23,12 @@ from jaxtyping import PyTree
 
 from odeckpt._checkpointing import LoopOutput, forward_loop
 from odeckpt._controllers import ControllerState
-from odeckpt._core import RESULTS, Y, all_finite, as_arrays, materialize
+from odeckpt._core import RESULTS, Y, all_finite, as_arrays, materialize, tree_add
 from odeckpt._integrator import Integrator, Problem, State
 from odeckpt._solvers import AbstractExplicitSolver, AbstractSolver
 
 from .adjoint_ode import AdjointField, Flow, Slopes, stability_limit
+from .saved import SavedCotangents, SavedPullback, saved_pullback
 from .sweep import Marks, Sweep, SweepContext, arrive
 from .tape import Tape, TapePlan, taped_loop
 
@@ -47,14 +48,12 @@ class OutputCotangents(eqx.Module):
     Attributes:
         y: of the final `y` (zeros where the cotangent is symbolically zero).
         k: of the final solver state, or `None` (zero).
-        ts: of the `SaveAt(ts=...)` rows, or `None` (zero or not saved).
-        steps: of the `SaveAt(steps=True)` rows of `y`, or `None` (zero or not saved).
+        subs: of each `SubSaveAt`'s rows.
     """
 
     y: Y
     k: PyTree | None
-    ts: Y | None
-    steps: Y | None
+    subs: tuple[SavedCotangents, ...]
 
 
 class ForwardPass(eqx.Module):
@@ -102,7 +101,8 @@ def _vjp_forward_pass(perturbed, vjp_arg, integrator, max_steps, adjoint, plan):
 
 def _check_times_unperturbed(perturbed, name: str) -> None:
     p_problem, p_state = perturbed
-    if any(jax.tree.leaves((p_problem.t1, p_problem.ts, p_state.t, p_state.t_next))):
+    save_ts = [save.ts for save in p_problem.saves]
+    if any(jax.tree.leaves((p_problem.t1, save_ts, p_state.t, p_state.t_next))):
         raise ValueError(
             f"`{name}` cannot differentiate with respect to `t0`, `t1` or "
             "`SaveAt(ts=...)`: the adjoint ODE gives gradients with respect to `y0`, "
@@ -121,8 +121,12 @@ def _vjp_backward_pass(
     cts = _output_cotangents(grad_obj, fwd, type(adjoint).__name__)
     p_problem = perturbed[0]
     theta, static = eqx.partition((problem.term, problem.args), (p_problem.term, p_problem.args))
+    split = (theta, static, *eqx.partition(problem.saves, p_problem.saves))
+    values = (integrator.outputs(out.buffers), integrator.outputs(tape.saved_y, of_state=True))
+    saved = saved_pullback(integrator, problem, state0, out.state, values, cts.subs, split,
+                           adjoint.integrates_y())  # fmt: skip
     solver = adjoint.solver or integrator.solver
-    ctx = _context(adjoint, solver, fwd, cts, max_steps)
+    ctx = _context(adjoint, solver, fwd, saved, max_steps)
     field = AdjointField(theta, static, None)
     sw = arrive(ctx, _initial_sweep(adjoint, ctx, field, fwd, cts))
     inputs = SweepInputs(
@@ -130,8 +134,9 @@ def _vjp_backward_pass(
         num_accepted=out.state.num_accepted,
     )  # fmt: skip
     sw = adjoint.sweep(ctx, field, sw, inputs)
+    sw = eqx.tree_at(lambda s: s.g, sw, tree_add(sw.g, saved.g))
     ct_y0, g = _checked(sw, adjoint, max_steps)
-    return _cotangent_tree(vjp_arg, ct_y0, g)
+    return _cotangent_tree(vjp_arg, ct_y0, g, saved.saves)
 
 
 # ----------------------------------------------------------------------------------
@@ -151,46 +156,21 @@ def _output_cotangents(grad_obj, fwd: ForwardPass, name: str) -> OutputCotangent
             "(`Solution.evaluate`). Use `adjoint=CheckpointAdjoint()`, or save the "
             "times you need with `SaveAt(ts=...)`."
         )
-    final, steps = grad_obj.state, buffers.steps
+    final = grad_obj.state
+    subs = tuple(
+        SavedCotangents(
+            ts=None if _is_zero(sub.ts) else sub.ts,
+            steps=None if sub.steps is None or _is_zero(sub.steps[1]) else sub.steps[1],
+        )
+        for sub in buffers.subs
+    )
     return OutputCotangents(
         y=materialize(final.y, out.state.y),
         k=None
         if _is_zero(final.solver_state)
         else materialize(final.solver_state, out.state.solver_state),
-        ts=None if _is_zero(buffers.ts) else buffers.ts,
-        steps=None if steps is None or _is_zero(steps[1]) else steps[1],
+        subs=subs,
     )
-
-
-def _output_marks(fwd: ForwardPass, cts: OutputCotangents, anchors: bool) -> list:
-    """Marks at the `SaveAt(ts=...)` and `SaveAt(steps=True)` outputs."""
-    out, values = fwd.out, fwd.integrator.outputs(fwd.out.buffers)
-    marks = []
-    if values.ts is not None:
-        assert fwd.problem.ts is not None  # the rows of `SaveAt(ts=...)`
-        jump = None if cts.ts is None else materialize(cts.ts, values.ts)
-        marks.append(
-            Marks(
-                fwd.problem.ts,
-                fwd.state0.save_index,
-                out.state.save_index,
-                jump,
-                values.ts if anchors else None,
-            )
-        )
-    if values.steps is not None:
-        step_ts, step_ys = values.steps
-        jump = None if cts.steps is None else materialize(cts.steps, step_ys)
-        marks.append(
-            Marks(
-                step_ts,
-                jnp.asarray(0, jnp.int32),
-                out.state.num_accepted,
-                jump,
-                step_ys if anchors else None,
-            )
-        )
-    return marks
 
 
 def _anchor_tolerances(problem: Problem, dtype):
@@ -202,10 +182,10 @@ def _anchor_tolerances(problem: Problem, dtype):
     return jnp.asarray(rtol, dtype), jnp.asarray(atol, dtype)
 
 
-def _context(adjoint, solver, fwd: ForwardPass, cts: OutputCotangents, max_steps: int):
+def _context(adjoint, solver, fwd: ForwardPass, saved: SavedPullback, max_steps: int):
     """The sweep's context: the marks it stops at, and how it steps between them."""
     backsolve, tape, plan = adjoint.integrates_y(), fwd.tape, fwd.plan
-    marks = _output_marks(fwd, cts, backsolve)
+    marks = list(saved.marks)
     n = fwd.out.state.num_accepted
     if backsolve and plan.every:
         recorded = (n + plan.every - 1) // plan.every  # anchors before the last step
@@ -292,9 +272,10 @@ def _checked(sw: Sweep, adjoint, max_steps: int):
     return ct_y0, g
 
 
-def _cotangent_tree(vjp_arg, ct_y0, g):
-    """Cotangents shaped like `(problem, state0)`: only `y0`, `term`, `args` nonzero."""
+def _cotangent_tree(vjp_arg, ct_y0, g, ct_saves):
+    """Cotangents shaped like `(problem, state0)`: only `y0`, `term`, `args` and the
+    arrays of the saved outputs' `fn`s nonzero."""
     is_none = lambda x: x is None  # noqa: E731
     nothing = jax.tree.map(lambda _: None, vjp_arg)
-    where = lambda ct: (ct[0].term, ct[0].args, ct[1].y)  # noqa: E731
-    return eqx.tree_at(where, nothing, (*g, ct_y0), is_leaf=is_none)
+    where = lambda ct: (ct[0].term, ct[0].args, ct[0].saves, ct[1].y)  # noqa: E731
+    return eqx.tree_at(where, nothing, (*g, ct_saves, ct_y0), is_leaf=is_none)
