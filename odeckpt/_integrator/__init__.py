@@ -6,10 +6,15 @@ the records it shares with the loops, the adjoints and the Solution.
   hands to the output writers).
 - `outputs`: the emitters of `SaveAt(ts=...)`, `SaveAt(steps=True)` and dense output,
   and `Outputs`, the record of their buffers.
-- `integrator`: `Integrator`.
+- `integrator`: `Integrator`, and where a step starts after a jump of the vector
+  field (`restart_after`, `fresh_stage`), for the replays of the continuous adjoints.
 """
 
-from .integrator import Integrator as Integrator
+from .integrator import (
+    Integrator as Integrator,
+    fresh_stage as fresh_stage,
+    restart_after as restart_after,
+)
 from .outputs import Outputs as Outputs, count_at_or_before as count_at_or_before
 from .state import (
     Checkpoint as Checkpoint,
