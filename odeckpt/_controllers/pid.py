@@ -172,7 +172,7 @@ def _select_initial_step(controller, error_order, term, t0, y0, args):
     small = (d0 < 1e-5) | (d1 < 1e-5)
     h0 = jnp.where(small, 1e-6, 0.01 * (d0 / jnp.where(small, 1, d1)))
     y1 = jax.tree.map(lambda y, f: y + h0.astype(y.dtype) * f, y0, f0)
-    f1 = sg(term.vf(t0 + h0, y1, args))
+    f1 = sg(term.vf(t0 + h0.astype(t0.dtype), y1, args))  # h0 in y's dtype: cast, not promote
     d2 = norm(jax.tree.map(lambda a, b, s: (a - b) / s, f1, f0, scale)) / h0
     max_d = jnp.maximum(d1, d2)
     h1 = jnp.where(
