@@ -130,4 +130,3 @@ def _re_solve(solver, problem: Problem, tape: Tape, every: int, q, n) -> DenseIn
     init = (y, k, starts, ends, ys, rows)
     _, _, starts, ends, ys, rows = lax.fori_loop(0, count, step, init)
     return DenseInterpolation(DenseStep(starts, ends, ys, rows), count, jnp.asarray(1.0, t.dtype))
-
