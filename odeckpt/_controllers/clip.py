@@ -9,10 +9,13 @@ then evaluates the vector field at `j` or across it, whichever side of `j` the
 forcing takes there, and the FSAL methods (Tsit5, Dopri5, Dopri8, Bosh3) do not carry
 the value from before the jump into the step after it. This is diffrax 0.7's rule.
 
-Derivatives: a step clipped to a time moves with that time (`step_ts` and `jump_ts`
-may be traced and differentiated: a forcing whose jump time is the same variable gets
-the jump's sensitivity, `f(j-) - f(j+)` propagated), the steps after it move with it
-as the wrapped controller's steps move with `t0`.
+Derivatives: a step clipped to a time moves with that time, and the steps after it
+move with it as the wrapped controller's steps move with `t0`. So `jump_ts` may be
+traced and differentiated: a forcing whose jump time is the same variable gets the
+jump's sensitivity (`f(j-) - f(j+)`, propagated). A discontinuity put in `step_ts`
+instead is stepped onto exactly; the landing step's last stage then evaluates the
+vector field on the far side (as in diffrax), which the tolerance controls for the
+value but not for the derivative with respect to that time.
 """
 
 import equinox as eqx
