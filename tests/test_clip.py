@@ -202,13 +202,19 @@ def test_vmap_over_doses_and_jump_times(adjoint):
     np.testing.assert_allclose(grads, ref_grads, rtol=1e-7, atol=1e-9)
 
 
-@pytest.mark.parametrize("promotion", [pytest.param("standard", marks=pytest.mark.slow), "strict"])
-def test_float32(promotion):
+@pytest.mark.parametrize(
+    ("promotion", "inner"),
+    [pytest.param("standard", "pid", marks=pytest.mark.slow), ("strict", "pid"),
+     ("strict", "constant")],
+)  # fmt: skip
+def test_float32(promotion, inner):
     p = _params(jnp.float32)
     jumps = (jnp.asarray(JUMPS[0], jnp.float32), jnp.asarray(JUMPS[1], jnp.float32))
+    controller, dt0 = INNER[inner]
+    if inner == "pid":
+        controller = oc.PIDController(rtol=1e-5, atol=1e-5)
     with jax.numpy_dtype_promotion(promotion):
-        inner = oc.PIDController(rtol=1e-5, atol=1e-5)
-        loss = lambda p: _solve(*p, jumps, inner=inner).ys[0]  # noqa: E731
+        loss = lambda p: _solve(*p, jumps, inner=controller, dt0=dt0).ys[0]  # noqa: E731
         value, grads = jax.value_and_grad(loss)(p)
     assert value.dtype == jnp.float32
     ref_value, ref_grads = _reference(False)

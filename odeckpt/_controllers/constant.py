@@ -108,6 +108,7 @@ class UniformSteps(AbstractLoopController):
         the fraction of the span, corrected by one either way."""
         n, grid = self.num_steps, lambda k: uniform_time(self.t0, self.t1, k, self.num_steps)
         fraction = sg((t - self.t0) / (self.t1 - self.t0))
-        k = jnp.clip(jnp.floor(fraction * n.astype(fraction.dtype)), 0, n).astype(n.dtype)
+        span = n.astype(fraction.dtype)
+        k = jnp.clip(jnp.floor(fraction * span), 0, span).astype(n.dtype)
         k = jnp.where((k > 0) & (grid(k) > t), k - 1, k)
         return jnp.where((k < n) & (grid(k + 1) <= t), k + 1, k)
