@@ -9,8 +9,10 @@ from ._adjoints import (
     InterpolatingAdjoint as InterpolatingAdjoint,
 )
 from ._controllers import (
+    AbstractAdaptiveStepSizeController as AbstractAdaptiveStepSizeController,
     AbstractLoopController as AbstractLoopController,
     AbstractStepSizeController as AbstractStepSizeController,
+    ClipStepSizeController as ClipStepSizeController,
     ConstantStepSize as ConstantStepSize,
     ControllerState as ControllerState,
     Decision as Decision,

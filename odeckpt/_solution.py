@@ -130,7 +130,8 @@ class Solution(eqx.Module):
             methods, `f(t1, y1)`) and `ControllerState`, with
             `SaveAt(solver_state=True)` / `SaveAt(controller_state=True)`; else `None`.
         made_jump: with `SaveAt(made_jump=True)`, whether the last step ended at a
-            jump of the vector field (always `False`: jump times are not tracked).
+            jump of the vector field (`ClipStepSizeController(jump_ts=...)`): a bool
+            array, or the Python `False` when the controller has no jump times.
         event_mask: `None` (no events).
     """
 
@@ -143,7 +144,7 @@ class Solution(eqx.Module):
     result: jax.Array
     solver_state: PyTree | None = None
     controller_state: PyTree | None = None
-    made_jump: jax.Array | None = None
+    made_jump: jax.Array | bool | None = None
     event_mask: PyTree | None = None
 
     def evaluate(self, t0, t1=None, left: bool = True) -> Y:
@@ -238,8 +239,16 @@ def build_solution(
         interpolation=dense, stats=_stats(integrator, problem, out, dt0), result=result,
         solver_state=final.solver_state if saveat.solver_state else None,
         controller_state=final.controller if saveat.controller_state else None,
-        made_jump=jnp.asarray(False) if saveat.made_jump else None,
+        made_jump=_made_jump(problem, final) if saveat.made_jump else None,
     )  # fmt: skip
+
+
+def _made_jump(problem: Problem, final: State):
+    """Whether the solve's last step ended at a jump: known to be `False` at trace time
+    when the controller has no jump times (as diffrax returns it)."""
+    if problem.controller.jump_times is None:
+        return False
+    return final.made_jump
 
 
 class _Rows(eqx.Module):

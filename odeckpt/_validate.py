@@ -299,6 +299,9 @@ def _value_checks(y0, args, t0, t1, dt0, ts, controller):
         yield _ValueCheck(steps, _not_from_t0_to_t1, message)
         message = f"`{name}(ts=...)` must be strictly monotone from t0 to t1."
         yield _ValueCheck(steps, _any(_not_forwards), message)
+    for times, field in ((controller.landing_times, "step_ts"), (controller.jump_times, "jump_ts")):
+        if times is not None:  # checked with the values when `ClipStepSizeController` is built
+            yield _ValueCheck((times,), _nonfinite, f"`{name}({field}=...)` must be finite.")
     for tolerance, value in _tolerances(controller):
         message = f"`{name}({tolerance}=...)` must be positive."
         yield _ValueCheck((value,), _not_positive, message)

@@ -19,6 +19,7 @@ its number of steps: its grid of equal steps moves with t0 and t1 (differentiabl
 """
 
 import abc
+from collections.abc import Callable
 
 import equinox as eqx
 import jax
@@ -105,6 +106,21 @@ class AbstractStepSizeController(eqx.Module):
         start at t0, end at t1 and are strictly monotone."""
         return None
 
+    @property
+    def jump_times(self) -> jax.Array | None:
+        """Times at which the vector field may jump (as given, in the solve's own time
+        for a controller `diffeqsolve` takes; in internal time, sorted, for one the loop
+        runs), or `None`. A step ends just before each, and the next starts just after
+        it with the vector field evaluated afresh (`ClipStepSizeController(jump_ts)`)."""
+        return None
+
+    @property
+    def landing_times(self) -> jax.Array | None:
+        """Times a step must end on exactly, besides those the controller chooses
+        (`ClipStepSizeController(step_ts)`; unlike `step_times` they do not fix every
+        step), or `None`. `diffeqsolve` checks that they, and `jump_times`, are finite."""
+        return None
+
     def expected_steps(self, t0, t1, t1_floor, dt0) -> int | None:
         """The number of steps, when it is known before the solve runs; else `None`.
 
@@ -112,6 +128,16 @@ class AbstractStepSizeController(eqx.Module):
         dtype, `None` where not known at trace time (see `expected_step_count`).
         """
         return None
+
+
+class AbstractAdaptiveStepSizeController(AbstractStepSizeController):
+    """A controller whose steps follow error tolerances, as diffrax names it: it has
+    `rtol`, `atol` and the error `norm` (`PIDController`, and `ClipStepSizeController`
+    around one). `isinstance` checks against it work as they do with diffrax."""
+
+    rtol: eqx.AbstractVar[float]
+    atol: eqx.AbstractVar[float]
+    norm: eqx.AbstractVar[Callable]
 
 
 class AbstractLoopController(AbstractStepSizeController):
@@ -138,6 +164,18 @@ class AbstractLoopController(AbstractStepSizeController):
     def next_time(self, t_new, decision: Decision):
         """The end of the next attempted step (before clipping to `t1`)."""
         return t_new + decision.dt_next
+
+    def restart(self, t) -> tuple[jax.Array, jax.Array]:
+        """Where the next step starts after an accepted step ending at `t`, and whether
+        it starts past a jump of the vector field (`made_jump`: its first stage must
+        then be evaluated afresh). By default at `t`, with no jump."""
+        return t, jnp.asarray(False)
+
+    def replayed_next(self, t, recorded) -> jax.Array:
+        """The end of the next step from `t` under a replay: the `recorded` value, with
+        the derivatives `next_time` gives it. By default those of `t` (the step size is
+        not differentiated); a controller that lands on given times overrides this."""
+        return t + jax.lax.stop_gradient(recorded - t)
 
     @property
     def replayable(self) -> bool:

@@ -95,5 +95,20 @@ class UniformSteps(AbstractLoopController):
         return Decision(jnp.asarray(True), sg(dt), state, jnp.asarray(RESULTS.successful))
 
     def next_time(self, t_new, decision):
-        index = decision.state.index + 1
-        return uniform_time(self.t0, self.t1, index, self.num_steps).astype(t_new.dtype)
+        """The next grid point: after `index` steps from t0 the one after the `index`-th.
+        A step clipped short of the grid (`ClipStepSizeController`) leaves `t_new`
+        between grid points; the next step then ends on the first grid point after it."""
+        index, n = decision.state.index, self.num_steps
+        on_grid = uniform_time(self.t0, self.t1, index, n) == t_new
+        after = jnp.where(on_grid, index, self._count_at_or_before(t_new)) + 1
+        return uniform_time(self.t0, self.t1, after, n).astype(t_new.dtype)
+
+    def _count_at_or_before(self, t):
+        """The index of the last grid point at or before `t`: the rounded estimate from
+        the fraction of the span, corrected by one either way."""
+        n, grid = self.num_steps, lambda k: uniform_time(self.t0, self.t1, k, self.num_steps)
+        fraction = sg((t - self.t0) / (self.t1 - self.t0))
+        span = n.astype(fraction.dtype)
+        k = jnp.clip(jnp.floor(fraction * span), 0, span).astype(n.dtype)
+        k = jnp.where((k > 0) & (grid(k) > t), k - 1, k)
+        return jnp.where((k < n) & (grid(k + 1) <= t), k + 1, k)

@@ -3,23 +3,50 @@ step size it chooses when `dt0` is `None`."""
 
 from collections.abc import Callable
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 
 from odeckpt._core import RESULTS, promoted
 
-from .base import AbstractLoopController, ControllerState, Decision, rms_norm
+from .base import (
+    AbstractAdaptiveStepSizeController,
+    AbstractLoopController,
+    ControllerState,
+    Decision,
+    rms_norm,
+)
+from .clip import ClipStepSizeController
 
 sg = jax.lax.stop_gradient
 
 
-class PIDController(AbstractLoopController):
+class _TakesClipTimes(type(eqx.Module)):
+    """`PIDController(..., step_ts=..., jump_ts=...)` builds
+    `ClipStepSizeController(PIDController(...), step_ts, jump_ts)`, as in diffrax 0.7."""
+
+    def __call__(cls, *args, step_ts=None, jump_ts=None, **kwargs):
+        controller = super().__call__(*args, **kwargs)
+        if step_ts is None and jump_ts is None:
+            return controller
+        return ClipStepSizeController(controller, step_ts=step_ts, jump_ts=jump_ts)
+
+
+# Given as keywords so that type checkers keep treating the class as a dataclass.
+_CLIP_TIMES = {"metaclass": _TakesClipTimes}
+
+
+class PIDController(AbstractLoopController, AbstractAdaptiveStepSizeController, **_CLIP_TIMES):
     """Adaptive steps from an embedded error estimate, with PID control.
 
     A step is accepted when `norm(y_error / (atol + rtol * max(|y0|, |y1|))) < 1`; the
     next step is `dt * clip(safety * e^-(p+i+d)/k * e_prev^(p+2d)/k * e_prev2^-d/k,
     factormin, factormax)` with `k` the solver's error order. The defaults give an
     integral (I) controller, as in diffrax.
+
+    `PIDController(..., step_ts=..., jump_ts=...)` returns
+    `ClipStepSizeController(PIDController(...), step_ts=..., jump_ts=...)`, as diffrax
+    0.7 does.
 
     References:
         Hairer, Nørsett & Wanner, Solving ODEs I (II.4: starting step size);

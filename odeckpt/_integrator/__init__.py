@@ -6,10 +6,15 @@ the records it shares with the loops, the adjoints and the Solution.
   hands to the output writers).
 - `outputs`: the emitters of each `SubSaveAt`'s rows and of dense output, the records
   of what they read (`SaveRequest`, `SaveLayout`) and of their buffers (`Outputs`).
-- `integrator`: `Integrator`.
+- `integrator`: `Integrator`, and where a step starts after a jump of the vector
+  field (`restart_after`, `fresh_stage`), for the replays of the continuous adjoints.
 """
 
-from .integrator import Integrator as Integrator
+from .integrator import (
+    Integrator as Integrator,
+    fresh_stage as fresh_stage,
+    restart_after as restart_after,
+)
 from .outputs import (
     Outputs as Outputs,
     SaveLayout as SaveLayout,

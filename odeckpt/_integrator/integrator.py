@@ -45,12 +45,40 @@ def clip_to_end(t_new, t_next, problem: Problem, accepted):
 
 def _recorded_next(problem: Problem, t, accepted, recorded):
     """A replayed step's `t_next`: the `recorded` value, bit for bit, with the
-    derivatives `clip_to_end` gives it (of `t1` where the step was clipped, else of `t`;
-    the controller's step size is not differentiated)."""
+    derivatives `clip_to_end` gives it (of `t1` where the step was clipped, else those
+    the controller gives it: of `t`, or of a time it lands on)."""
     sg = jax.lax.stop_gradient
     clipped = _clipped(t, problem, accepted)
-    moved = jnp.where(recorded == clipped, clipped, t + sg(recorded - t))
+    free = problem.controller.replayed_next(t, recorded)
+    moved = jnp.where(recorded == clipped, clipped, free)
     return recorded + (moved - sg(moved))
+
+
+def restart_after(problem: Problem, end):
+    """`(start, made_jump)`: where the step after an accepted one ending at `end`
+    starts. At `end`, or, where the controller stops before a jump of the vector field,
+    just past the jump (never past t1). Only for a controller with `jump_times`."""
+    start, jumped = problem.controller.restart(end)
+    jumped = jumped & (end < problem.t1)
+    return jnp.where(jumped, jnp.minimum(start, problem.t1), end), jumped
+
+
+def fresh_stage(solver: AbstractSolver, problem: Problem, jumped, t, y, solver_state):
+    """The solver state evaluated afresh at `t` (just after a jump of the vector field)
+    where the step `jumped`, else `solver_state`: an FSAL value from before a jump must
+    not be carried past it."""
+    # `lax.cond`, not `batch_cond`: the step is differentiated in reverse mode.
+    fresh = lambda t, y, k: solver.init(problem.term, t, y, problem.args)  # noqa: E731
+    return jax.lax.cond(jumped, fresh, lambda t, y, k: k, t, y, solver_state)
+
+
+def _landed(problem: Problem, state: State, accepted):
+    """`(t, made_jump)` after a step from `state`: where the next starts if it was
+    accepted (`restart_after`), else `state.t` (and the flag unchanged)."""
+    if problem.controller.jump_times is None:
+        return jnp.where(accepted, state.t_next, state.t), state.made_jump
+    start, jumped = restart_after(problem, state.t_next)
+    return jnp.where(accepted, start, state.t), jnp.where(accepted, jumped, state.made_jump)
 
 
 class Integrator(eqx.Module):
@@ -80,7 +108,7 @@ class Integrator(eqx.Module):
         zero = jnp.asarray(0, jnp.int32)
         return State(
             t=t0, t_next=t_next, y=y0, solver_state=k0, controller=memory,
-            counts=pack_counts(zero, zero, RESULTS.successful),
+            counts=pack_counts(zero, zero, RESULTS.successful, False),
         )  # fmt: skip
 
     def step(self, problem: Problem, state: State, decisions: RecordedDecisions | None = None):
@@ -111,32 +139,41 @@ class Integrator(eqx.Module):
         if out.failure is not None:  # the step's own solve failed (implicit methods)
             cause = jnp.where(out.failure != RESULTS.successful, out.failure, cause)
         result = jnp.where(failed, cause, decision.result)
-        t = jnp.where(accepted, state.t_next, t0)
+        t, jumped = _landed(problem, state, accepted)
         t_next = self._next_time(problem, t, decision, accepted)
         if decisions is not None:
             t_next = decisions.t_next + (t_next - jax.lax.stop_gradient(t_next))
         result = jnp.where(state.result == 0, result, state.result).astype(jnp.int32)
-        return self._advanced(problem, state, out, accepted, t, t_next, decision.state, result)
+        landed = (t, jumped, t_next)
+        return self._advanced(problem, state, out, accepted, landed, decision.state, result)
 
     def _replayed(self, problem: Problem, state: State, decisions: RecordedDecisions, out):
         """`step` under a replay, without error control (see `_light_replay`): the
         recorded decisions, and the derivatives of `t_next` that `step` would give."""
         accepted = decisions.accepted
-        t = jnp.where(accepted, state.t_next, state.t)
+        t, jumped = _landed(problem, state, accepted)
         t_next = _recorded_next(problem, t, accepted, decisions.t_next)
-        return self._advanced(problem, state, out, accepted, t, t_next, state.controller,
+        landed = (t, jumped, t_next)
+        return self._advanced(problem, state, out, accepted, landed, state.controller,
                               state.result)  # fmt: skip
 
-    def _advanced(self, problem, state: State, out, accepted, t, t_next, controller, result):
-        """The step's new state, output record and accept flag, given its decisions."""
+    def _advanced(self, problem, state: State, out, accepted, landed, controller, result):
+        """The step's new state, output record and accept flag, given its decisions
+        (`landed`: the new `t`, `made_jump` and `t_next`)."""
+        t, jumped, t_next = landed
+        y = _select(accepted, out.y1, state.y)
+        solver_state = _select(accepted, out.state, state.solver_state)
+        if problem.controller.jump_times is not None:
+            solver_state = fresh_stage(self.solver, problem, accepted & jumped, t, y, solver_state)
         new = State(
             t=t,
             t_next=t_next,
-            y=_select(accepted, out.y1, state.y),
-            solver_state=_select(accepted, out.state, state.solver_state),
+            y=y,
+            solver_state=solver_state,
             controller=controller,
             counts=pack_counts(state.num_accepted + accepted.astype(jnp.int32),
-                               state.num_rejected + (~accepted).astype(jnp.int32), result),
+                               state.num_rejected + (~accepted).astype(jnp.int32), result,
+                               jumped),
         )  # fmt: skip
         record = Record(DenseStep(state.t, state.t_next, state.y, out.coeffs), out.y1)
         return new, record, accepted

@@ -15,36 +15,44 @@ from odeckpt._solvers import DenseStep
 from odeckpt._terms import AbstractTerm
 
 # Positions in `State.counts`.
-_ACCEPTED, _REJECTED, _RESULT = range(3)
+_ACCEPTED, _REJECTED, _RESULT, _MADE_JUMP = range(4)
 
 
 def _counter(position: int, doc: str) -> property:
     return property(lambda state: state.counts[position], doc=doc)
 
 
-def pack_counts(num_accepted, num_rejected, result) -> jax.Array:
-    """`State.counts` from its three values (in the order of the positions above)."""
-    values = (num_accepted, num_rejected, result)
+def pack_counts(num_accepted, num_rejected, result, made_jump) -> jax.Array:
+    """`State.counts` from its four values (in the order of the positions above)."""
+    values = (num_accepted, num_rejected, result, made_jump)
     return jnp.stack([jnp.asarray(v).astype(jnp.int32) for v in values])
 
 
 class State(eqx.Module):
     """The loop state between two attempted steps.
 
-    The int32 counters travel as one vector (`counts`): each step updates them
-    in one kernel instead of three (XLA's CPU runtime launches a kernel per value a
-    loop carries, and a step's own work on a small state is a dozen kernels)."""
+    The three int32 counters and the `made_jump` flag travel as one vector (`counts`):
+    each step updates them in one kernel instead of four (XLA's CPU runtime launches a
+    kernel per value a loop carries, and a step's own work on a small state is a
+    dozen kernels)."""
 
     t: jax.Array  # current time
     t_next: jax.Array  # end of the next attempted step
     y: Y
     solver_state: PyTree  # e.g. f(t, y) for Runge–Kutta: recomputed on restore
     controller: ControllerState
-    counts: jax.Array  # int32 (num_accepted, num_rejected, result)
+    counts: jax.Array  # int32 (num_accepted, num_rejected, result, made_jump)
 
     num_accepted = _counter(_ACCEPTED, "Accepted steps so far.")
     num_rejected = _counter(_REJECTED, "Rejected steps so far.")
     result = _counter(_RESULT, "The `RESULTS` code: 0 while the solve goes well.")
+
+    @property
+    def made_jump(self) -> jax.Array:
+        """Whether the last accepted step ended at a jump of the vector field, so that
+        `t` is just after the jump and the solver state was evaluated afresh there
+        (`ClipStepSizeController(jump_ts=...)`): a bool scalar."""
+        return self.counts[_MADE_JUMP] != 0
 
     def with_result(self, result) -> "State":
         return eqx.tree_at(lambda s: s.counts, self, self.counts.at[_RESULT].set(result))

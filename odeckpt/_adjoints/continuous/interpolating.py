@@ -10,7 +10,7 @@ from jax import lax
 from odeckpt._adjoints.base import STORE_EVERY_STEP_BYTES, check_checkpoints
 from odeckpt._controllers import AbstractLoopController
 from odeckpt._core import RESULTS, batch_size, nbytes
-from odeckpt._integrator import Problem
+from odeckpt._integrator import Problem, fresh_stage, restart_after
 from odeckpt._solution import DenseInterpolation
 from odeckpt._solvers import AbstractExplicitSolver, DenseStep
 
@@ -115,10 +115,16 @@ def _re_solve(solver, problem: Problem, tape: Tape, every: int, q, n) -> DenseIn
     def step(r, carry):
         y, k, starts, ends, ys, rows = carry
         t0, t1 = tape.grid[first + r], tape.grid[first + r + 1]
+        if problem.controller.jump_times is not None:  # the first step starts at t0 itself
+            t0 = jnp.where(first + r > 0, restart_after(problem, t0)[0], t0)
         out = solver.step(problem.term, t0, t1 - t0, y, k, problem.args)
         put = lambda b, v: b.at[r].set(v)  # noqa: E731
         ys, rows = jax.tree.map(put, ys, y), jax.tree.map(put, rows, out.coeffs)
-        return out.y1, out.state, starts.at[r].set(t0), ends.at[r].set(t1), ys, rows
+        k = out.state
+        if problem.controller.jump_times is not None:  # as the forward pass did
+            start, jumped = restart_after(problem, t1)
+            k = fresh_stage(solver, problem, jumped, start, out.y1, k)
+        return out.y1, k, starts.at[r].set(t0), ends.at[r].set(t1), ys, rows
 
     count = jnp.clip(n - first, 0, every)
     init = (y, k, starts, ends, ys, rows)

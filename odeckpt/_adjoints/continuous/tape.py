@@ -3,7 +3,8 @@
 What the backward pass needs besides the saved outputs:
 
 - the accepted step times (`grid`, `max_steps + 1` scalars): the backward pass can
-  step exactly across them, and replays steps between anchors on them;
+  step exactly across them, and replays steps between anchors on them (restarting
+  past a jump where the controller did);
 - every `every`-th accepted state (`anchor_t`, `anchor_y`, and the solver state
   `anchor_k` when steps are replayed from there): anchors for `BacksolveAdjoint`,
   replay starts for `InterpolatingAdjoint`;
@@ -47,7 +48,9 @@ class TapePlan(eqx.Module):
 class Tape(eqx.Module):
     """What the forward pass recorded (see the module docstring)."""
 
-    grid: jax.Array  # (max_steps + 1,): grid[0] = t0, grid[i + 1] = end of step i
+    # (max_steps + 1,): grid[0] = t0, grid[i + 1] = end of step i. After a jump of the
+    # vector field the next step starts a little later, at `controller.restart(end)`.
+    grid: jax.Array
     anchor_t: jax.Array  # (slots,): time of anchor q = grid[q * every]
     anchor_y: object  # y at anchor q, leaves (slots, ...)
     anchor_k: object  # the solver state (f(t, y) for Runge–Kutta) at anchor q, or None
@@ -89,7 +92,8 @@ def _record_anchor(tape: Tape, state: State, plan: TapePlan) -> Tape:
 
 def _record_step(tape: Tape, state: State, new: State, record, accepted) -> Tape:
     index = jnp.where(accepted, state.num_accepted, tape.grid.shape[0])
-    grid = tape.grid.at[index + 1].set(new.t, mode="drop")
+    # The step's end: `new.t` but after a jump, where the next step starts just past it.
+    grid = tape.grid.at[index + 1].set(state.t_next, mode="drop")
     dense = None if tape.dense is None else set_row(tape.dense, index, record.dense)
     return Tape(grid, tape.anchor_t, tape.anchor_y, tape.anchor_k, dense)
 

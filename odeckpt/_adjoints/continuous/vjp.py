@@ -102,10 +102,12 @@ def _vjp_forward_pass(perturbed, vjp_arg, integrator, max_steps, adjoint, plan):
 def _check_times_unperturbed(perturbed, name: str) -> None:
     p_problem, p_state = perturbed
     save_ts = [save.ts for save in p_problem.saves]
-    if any(jax.tree.leaves((p_problem.t1, save_ts, p_state.t, p_state.t_next))):
+    times = (p_problem.t1, save_ts, p_state.t, p_state.t_next, p_problem.controller)
+    if any(jax.tree.leaves(times)):
         raise ValueError(
             f"`{name}` cannot differentiate with respect to `t0`, `t1` or "
-            "`SaveAt(ts=...)`: the adjoint ODE gives gradients with respect to `y0`, "
+            "`SaveAt(ts=...)` (nor the controller's, e.g. `ClipStepSizeController(jump_ts="
+            "...)`): the adjoint ODE gives gradients with respect to `y0`, "
             "`args` and the vector field's parameters only. Use "
             "`adjoint=CheckpointAdjoint()` for gradients with respect to times."
         )
@@ -192,6 +194,8 @@ def _context(adjoint, solver, fwd: ForwardPass, saved: SavedPullback, max_steps:
         marks.append(Marks(tape.anchor_t, jnp.asarray(0, jnp.int32), recorded, None, tape.anchor_y))
     if adjoint.stepsize_controller is None:
         marks.append(Marks(tape.grid, jnp.asarray(0, jnp.int32), n + 1))
+    if (jumps := _jump_marks(fwd.problem)) is not None:
+        marks.append(jumps)
     dtype = jax.tree.leaves(fwd.state0.y)[0].dtype
     rtol, atol = _anchor_tolerances(fwd.problem, dtype)
     return SweepContext(
@@ -206,6 +210,18 @@ def _context(adjoint, solver, fwd: ForwardPass, saved: SavedPullback, max_steps:
         atol=atol,
         max_steps=max_steps,
     )
+
+
+def _jump_marks(problem: Problem) -> Marks | None:
+    """Stops on both sides of every jump of the vector field (the floats just before
+    and just after it), where the forward steps stopped and restarted: the adjoint ODE
+    jumps there too, and no step of the sweep may cross it. `None` without jumps."""
+    jumps = problem.controller.jump_times
+    if jumps is None:
+        return None
+    before, after = jnp.nextafter(jumps, -jnp.inf), jnp.nextafter(jumps, jnp.inf)
+    times = jnp.sort(jnp.concatenate([before, after]))
+    return Marks(times, jnp.asarray(0, jnp.int32), jnp.asarray(times.shape[0], jnp.int32))
 
 
 def _initial_sweep(adjoint, ctx, field: AdjointField, fwd: ForwardPass, cts: OutputCotangents):

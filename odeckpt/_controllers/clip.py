@@ -1,0 +1,254 @@
+"""`ClipStepSizeController`: steps that land on given times (`step_ts`), and that stop
+just before the jumps of the vector field and start again just after them (`jump_ts`).
+
+The clip wraps another controller and shortens the steps it proposes: a step that
+would pass a time of `step_ts` ends on it; one that would pass a time `j` of `jump_ts`
+ends on the float just before `j`, and the next step starts on the float just after
+`j`, with its first stage evaluated afresh there (`made_jump`). No stage of any step
+then evaluates the vector field at `j` or across it, whichever side of `j` the
+forcing takes there, and the FSAL methods (Tsit5, Dopri5, Dopri8, Bosh3) do not carry
+the value from before the jump into the step after it. This is diffrax 0.7's rule.
+
+Derivatives: a step clipped to a time moves with that time, and the steps after it
+move with it as the wrapped controller's steps move with `t0`. So `jump_ts` may be
+traced and differentiated: a forcing whose jump time is the same variable gets the
+jump's sensitivity (`f(j-) - f(j+)`, propagated). A discontinuity put in `step_ts`
+instead is stepped onto exactly; the landing step's last stage then evaluates the
+vector field on the far side (as in diffrax), which the tolerance controls for the
+value but not for the derivative with respect to that time.
+"""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from odeckpt._core import concrete
+
+from .base import (
+    AbstractAdaptiveStepSizeController,
+    AbstractLoopController,
+    AbstractStepSizeController,
+)
+
+sg = lax.stop_gradient
+
+_COMPARE_ALL = 256  # up to this many times, search by comparing with all of them
+
+
+class ClipStepSizeController(AbstractAdaptiveStepSizeController):
+    """Wraps a controller so that its steps land exactly on `step_ts`, and stop just
+    before and restart just after each of `jump_ts` (times where the vector field may
+    jump, e.g. a dose given at fixed times). Both are given in the solve's own time
+    (also when it runs backwards), in any order; times outside the interval are
+    ignored.
+
+    Without `jump_ts`, an adaptive controller finds a jump of the vector field by
+    rejecting steps until one is small enough to cross it; and an FSAL method would
+    carry the vector field from before the jump into the step after it.
+
+    Args:
+        controller: the controller to wrap: `PIDController(...)`,
+            `ConstantStepSize()` (its grid of equal steps, plus the clipped ones; diffrax
+            accepts adaptive controllers only), or another `ClipStepSizeController`.
+        step_ts: times every solve steps to exactly, or `None`.
+        jump_ts: times at which the vector field may be discontinuous, or `None`.
+        store_rejected_steps: `None` only. (diffrax revisits the times of rejected
+            steps for SDEs with non-commutative noise; an ODE solve has no use for it.)
+
+    Raises:
+        TypeError: `controller` is not a step-size controller, or the times are not
+            real numbers.
+        ValueError: `controller` fixes every step itself (`StepTo`), the times are not
+            a 1-D array or (when known at construction) not finite, or
+            `store_rejected_steps` is set.
+
+    Cost: one comparison per time per step; a jump costs one extra evaluation of the
+    vector field (the restart's first stage).
+    """
+
+    controller: AbstractStepSizeController
+    step_ts: jax.Array | None
+    jump_ts: jax.Array | None
+    store_rejected_steps: int | None = eqx.field(static=True)
+
+    def __init__(self, controller, step_ts=None, jump_ts=None, store_rejected_steps=None):
+        if not isinstance(controller, AbstractStepSizeController):
+            raise TypeError(
+                "`ClipStepSizeController(controller=...)` expects a step-size controller, "
+                f"e.g. `PIDController(rtol=1e-6, atol=1e-8)`; got {type(controller).__name__}."
+            )
+        if controller.step_times is not None:
+            name = type(controller).__name__
+            raise ValueError(
+                f"`ClipStepSizeController` cannot wrap `{name}`, which fixes every step "
+                f"itself: add the times to `{name}(ts=...)` instead."
+            )
+        if store_rejected_steps is not None:
+            raise ValueError(
+                "`ClipStepSizeController(store_rejected_steps=...)` is not supported: "
+                "revisiting rejected steps matters for SDEs only. Pass `None`."
+            )
+        self.controller = controller
+        self.step_ts = _sorted_times(step_ts, "step_ts")
+        self.jump_ts = _sorted_times(jump_ts, "jump_ts")
+        self.store_rejected_steps = None
+
+    # diffrax's names for the wrapped controller's tolerances and norm (`None` around a
+    # controller without them).
+    @property
+    def rtol(self):  # pyright: ignore[reportIncompatibleVariableOverride]
+        return None if self.controller.tolerances is None else self.controller.tolerances[0]
+
+    @property
+    def atol(self):  # pyright: ignore[reportIncompatibleVariableOverride]
+        return None if self.controller.tolerances is None else self.controller.tolerances[1]
+
+    @property
+    def norm(self):  # pyright: ignore[reportIncompatibleMethodOverride]
+        inner = self.controller
+        return inner.norm if isinstance(inner, AbstractAdaptiveStepSizeController) else None
+
+    def for_solve(self, t0, t1, dt0, sign) -> "ClippedSteps":
+        """The wrapped controller's running form, clipped to the times in internal
+        time (`sign * t`, sorted, in the time dtype)."""
+        inner = self.controller.for_solve(t0, t1, dt0, sign)
+        internal = lambda ts: None if ts is None else jnp.sort(jnp.asarray(ts, t0.dtype) * sign)  # noqa: E731
+        return ClippedSteps(inner, internal(self.step_ts), internal(self.jump_ts))
+
+    @property
+    def adaptive(self) -> bool:
+        return self.controller.adaptive
+
+    @property
+    def tolerances(self) -> tuple | None:
+        return self.controller.tolerances
+
+    @property
+    def needs_dt0(self) -> bool:
+        return self.controller.needs_dt0
+
+    @property
+    def jump_times(self) -> jax.Array | None:
+        return _joined(self.jump_ts, self.controller.jump_times)
+
+    @property
+    def landing_times(self) -> jax.Array | None:
+        return _joined(self.step_ts, self.controller.landing_times)
+
+
+def _sorted_times(ts, name: str) -> jax.Array | None:
+    """`ClipStepSizeController`'s `step_ts` or `jump_ts` as a sorted 1-D array; `None`
+    for none. Checked here when concrete; traced ones are checked by `diffeqsolve`."""
+    if ts is None:
+        return None
+    ts = jnp.asarray(ts)
+    if not (jnp.issubdtype(ts.dtype, jnp.floating) or jnp.issubdtype(ts.dtype, jnp.integer)):
+        raise TypeError(
+            f"`ClipStepSizeController({name}=...)` must hold real times; got dtype {ts.dtype}."
+        )
+    if ts.ndim != 1:
+        raise ValueError(
+            f"`ClipStepSizeController({name}=...)` must be a 1-D array of times; got shape "
+            f"{ts.shape}. (Pass e.g. `{name}=[0.5, 1.0]`.)"
+        )
+    values = concrete(ts)
+    if values is not None and not np.all(np.isfinite(values)):
+        i = int(np.nonzero(~np.isfinite(values))[0][0])
+        raise ValueError(
+            f"`ClipStepSizeController({name}=...)` must be finite; got {name}[{i}]={values[i]}."
+        )
+    return jnp.sort(ts) if ts.shape[0] else None
+
+
+def _joined(a: jax.Array | None, b: jax.Array | None) -> jax.Array | None:
+    """The times of `a` and `b`, sorted (`None` where both are)."""
+    if a is None or b is None:
+        return a if b is None else b
+    return jnp.sort(jnp.concatenate([a, b.astype(a.dtype)]))
+
+
+class ClippedSteps(AbstractLoopController):
+    """`ClipStepSizeController` inside the solve: the wrapped controller's running
+    form, and the times in internal time (sorted, the time dtype)."""
+
+    inner: AbstractLoopController
+    step_ts: jax.Array | None
+    jump_ts: jax.Array | None
+
+    def first_step(self, solver, term, t0, y0, dt0, args):
+        return self.inner.first_step(solver, term, t0, y0, dt0, args)
+
+    def decide(self, t0, dt, y0, y1, y_error, error_order, state):
+        return self.inner.decide(t0, dt, y0, y1, y_error, error_order, state)
+
+    def next_time(self, t_new, decision):
+        """The wrapped controller's proposal (at least one ulp long), shortened to the
+        first stop after `t_new`."""
+        proposal = self.inner.next_time(t_new, decision).astype(t_new.dtype)
+        proposal = jnp.maximum(proposal, jnp.nextafter(sg(t_new), jnp.inf))
+        stop = self._stop_after(t_new)
+        return jnp.where(stop < proposal, stop, proposal)
+
+    def _stop_after(self, t) -> jax.Array:
+        """The first time after `t` a step must end on: the next of `step_ts`, or the
+        float before the next of `jump_ts` (`inf`: none)."""
+        stop = jnp.asarray(jnp.inf, t.dtype)
+        if self.step_ts is not None:
+            stop = jnp.minimum(stop, _first_after(self.step_ts, t))
+        if self.jump_ts is not None:
+            jump = _first_after(self.jump_ts, t)
+            before = jump + sg(jnp.nextafter(sg(jump), -jnp.inf) - sg(jump))
+            stop = jnp.where(jnp.isfinite(jump) & (before < stop), before, stop)
+        return stop
+
+    def restart(self, t):
+        """After a step ending just before a jump (or on one), the next starts just
+        after it: on the float after the jump."""
+        t, made_jump = self.inner.restart(t)
+        if self.jump_ts is None:
+            return t, made_jump
+        after = jnp.nextafter(sg(t), jnp.inf)
+        just_before = jnp.any(after == self.jump_ts)
+        on_jump = jnp.any(sg(t) == self.jump_ts)
+        start = jnp.where(just_before, jnp.nextafter(after, jnp.inf), after)
+        start = jnp.where(just_before | on_jump, start, sg(t))
+        return t + sg(start - t), made_jump | just_before | on_jump
+
+    def replayed_next(self, t, recorded):
+        """A step that was clipped to a stop moves with the stop; others as the wrapped
+        controller's do."""
+        stop = self._stop_after(t)
+        return jnp.where(recorded == stop, stop, self.inner.replayed_next(t, recorded))
+
+    @property
+    def adaptive(self) -> bool:
+        return self.inner.adaptive
+
+    @property
+    def tolerances(self) -> tuple | None:
+        return self.inner.tolerances
+
+    @property
+    def replayable(self) -> bool:
+        return self.inner.replayable
+
+    def first_step_evaluations(self, dt0) -> int:
+        return self.inner.first_step_evaluations(dt0)
+
+    @property
+    def jump_times(self) -> jax.Array | None:
+        return _joined(self.jump_ts, self.inner.jump_times)
+
+    @property
+    def landing_times(self) -> jax.Array | None:
+        return _joined(self.step_ts, self.inner.landing_times)
+
+
+def _first_after(ts, t) -> jax.Array:
+    """The first of the ascending `ts` after `t`, or `inf`."""
+    n = ts.shape[0]
+    method = "compare_all" if n <= _COMPARE_ALL else "scan"
+    i = jnp.searchsorted(sg(ts), sg(t), side="right", method=method)
+    return jnp.where(i < n, ts[jnp.minimum(i, n - 1)], jnp.inf).astype(t.dtype)
