@@ -244,8 +244,7 @@ def build_solution(
 
 
 def _made_jump(problem: Problem, final: State):
-    """Whether the solve's last step ended at a jump: known to be `False` at trace time
-    when the controller has no jump times (as diffrax returns it)."""
+    """Whether the last step ended at a jump (`False` if there are no jump times)."""
     if problem.controller.jump_times is None:
         return False
     return final.made_jump
