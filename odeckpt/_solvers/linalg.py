@@ -47,14 +47,47 @@ class Flat(eqx.Module):
 
 
 def flatten(term: AbstractTerm, y0: Y, args: Args) -> Flat:
-    """Flatten `y0` and wrap `term.vf` to act on flat vectors."""
-    y, unravel = ravel_pytree(y0)
+    """Flatten `y0` (its real view, see `real_view`) and wrap `term.vf` to act on flat
+    vectors."""
+    y, unravel_real = ravel_pytree(real_view(y0))
+    like = jax.tree.map(lambda x: jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x)), y0)
+
+    def unravel(y_flat):
+        return from_real_view(unravel_real(y_flat), like)
 
     def f(t, y_flat):
-        out, _ = ravel_pytree(term.vf(t, unravel(y_flat), args))
+        out, _ = ravel_pytree(real_view(term.vf(t, unravel(y_flat), args)))
         return out.astype(y.dtype)
 
     return Flat(y, unravel, f)
+
+
+def real_view(tree: Y) -> Y:
+    """`tree` with each complex leaf `z` replaced by the real array `[z.real, z.imag]`
+    (stacked on a new last axis); real leaves unchanged.
+
+    The stiff solvers work on this real view, so their Jacobians are those of the real
+    system in `(Re y, Im y)`: right for every vector field, holomorphic or not (the
+    complex Jacobian `df/dy` describes only holomorphic fields). For a holomorphic
+    field the real-view step equals the complex one, at twice the unknowns."""
+    split = lambda x: jnp.stack([x.real, x.imag], axis=-1) if _is_complex(x) else x  # noqa: E731
+    return jax.tree.map(split, tree)
+
+
+def from_real_view(tree: Y, like: Y) -> Y:
+    """The inverse of `real_view`: leaves of `tree` made complex where those of `like`
+    (arrays or `jax.ShapeDtypeStruct`s) are."""
+
+    def join(x, proto):
+        if not _is_complex(proto):
+            return x
+        return jax.lax.complex(x[..., 0], x[..., 1]).astype(proto.dtype)
+
+    return jax.tree.map(join, tree, like)
+
+
+def _is_complex(x) -> bool:
+    return jnp.issubdtype(x.dtype, jnp.complexfloating)
 
 
 def unravel_rows(flat: Flat, rows: jax.Array) -> Y:
