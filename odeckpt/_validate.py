@@ -216,8 +216,10 @@ def check_values(y0, args, t0, t1, dt0, ts, controller, throw: bool):
     message). Then each check runs now when its inputs are concrete (raising
     `ValueError`), else at run time. There, with `throw`, one `eqx.branched_error_if`
     threaded onto `y0` raises the message of the first failed check (and `invalid` is
-    None); without, `invalid` is whether any check failed (None when nothing is checked
-    at run time), for the solve to report as `RESULTS.invalid_input`."""
+    None; for a `y0` without leaves, e.g. `None`, `invalid` is the flag the error is
+    threaded onto, which the solve's result reads); without, `invalid` is whether any
+    check failed (None when nothing is checked at run time), for the solve to report
+    as `RESULTS.invalid_input`."""
     if controller.step_times is not None:
         _check_step_times(controller, t0, t1)
     pending = []
@@ -235,6 +237,9 @@ def check_values(y0, args, t0, t1, dt0, ts, controller, throw: bool):
     if not throw:
         return y0, jnp.any(failed)
     messages = [m + " (checked at run time)" for _, m in pending]
+    if not jax.tree.leaves(y0):  # no state to thread onto: the flag carries the error
+        flag = jnp.any(failed)
+        return y0, eqx.branched_error_if(flag, flag, jnp.argmax(failed), messages)
     return eqx.branched_error_if(y0, jnp.any(failed), jnp.argmax(failed), messages), None
 
 
