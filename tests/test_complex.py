@@ -30,7 +30,7 @@ T1 = 1.0
 
 
 def schrodinger(t, y, args):
-    return -1j * args * (jnp.asarray(H, y.dtype) @ y)
+    return jnp.asarray(-1j * H, y.dtype) @ y * jnp.asarray(args).astype(y.dtype)
 
 
 def schrodinger_exact(y0, args, t):
@@ -185,3 +185,124 @@ def test_step_to():
                          stepsize_controller=oc.StepTo(steps))  # fmt: skip
     assert int(sol.stats["num_steps"]) == 40
     np.testing.assert_allclose(sol.ys[-1], schrodinger_exact(Y0, ARGS, T1), atol=1e-9)
+
+
+TS = np.linspace(0.0, T1, 4)
+SAVEATS = {
+    "t0-t1": oc.SaveAt(t0=True, t1=True),
+    "ts": oc.SaveAt(ts=TS),
+    "steps": oc.SaveAt(steps=True),
+    "dense": oc.SaveAt(dense=True),
+}
+
+
+@pytest.mark.parametrize("direction", [1, -1], ids=["forward", "backward"])
+@pytest.mark.parametrize("saveat", SAVEATS.values(), ids=SAVEATS.keys())
+def test_every_output_against_closed_form(saveat, direction):
+    t0, t1 = (0.0, T1) if direction > 0 else (T1, 0.0)
+    if saveat.ts is not None and direction < 0:
+        saveat = oc.SaveAt(ts=TS[::-1])
+    y0 = schrodinger_exact(Y0, ARGS, t0)
+    sol = oc.diffeqsolve(schrodinger, oc.Tsit5(), t0, t1, None, jnp.asarray(y0), ARGS,
+                         saveat=saveat, stepsize_controller=PID, max_steps=64)  # fmt: skip
+    if saveat.dense:
+        times = np.linspace(t0, t1, 7)
+        ys = np.stack([np.asarray(sol.evaluate(t)) for t in times])
+    else:
+        n = int(sol.stats["num_accepted_steps"]) if saveat.steps else len(sol.ts)
+        times, ys = np.asarray(sol.ts[:n]), np.asarray(sol.ys[:n])
+    expected = np.stack([schrodinger_exact(Y0, ARGS, t) for t in times])
+    assert ys.dtype == np.complex128
+    np.testing.assert_allclose(ys, expected, rtol=0, atol=1e-6)
+
+
+def _loss(adjoint, saveat, t0=0.0, t1=T1):
+    """A real loss of a non-holomorphic solve, of complex `y0` and complex `args`."""
+
+    def field(t, y, args):
+        return -1j * args * (jnp.asarray(H) @ y) + 0.3 * jnp.conj(y) * jnp.sin(t)
+
+    # `SaveAt(steps=True)` saves at the step times, which finite differences would see
+    # move with an adaptive controller (whose decisions are not differentiated).
+    controller, dt0 = (oc.ConstantStepSize(), 0.1 * np.sign(t1 - t0)) if saveat.steps else (PID, None)
+
+    @jax.jit
+    def loss(y0, args):
+        sol = oc.diffeqsolve(field, oc.Tsit5(), t0, t1, dt0, y0, args, saveat=saveat,
+                             stepsize_controller=controller, adjoint=adjoint, max_steps=64)  # fmt: skip
+        ys = jnp.where(jnp.isfinite(sol.ys), sol.ys, 0)  # `steps`: rows past the last
+        return jnp.sum(jnp.abs(ys) ** 2 * jnp.arange(1, 3)[None]) + jnp.sum(ys.real * ys.imag)
+
+    return loss
+
+
+ADJOINTS = {
+    "checkpoint": oc.CheckpointAdjoint(),
+    "checkpoint_3": oc.CheckpointAdjoint(checkpoints=3),
+    "backsolve": oc.BacksolveAdjoint(),
+    "interpolating": oc.InterpolatingAdjoint(),
+    "forward_mode": oc.ForwardMode(),
+}
+FAST_GRADS = {
+    ("checkpoint", "ts", "forward"),
+    ("checkpoint_3", "steps", "backward"),
+    ("backsolve", "t0-t1", "backward"),
+    ("interpolating", "ts", "forward"),
+    ("forward_mode", "t0-t1", "forward"),
+}
+GRAD_CASES = [
+    pytest.param(a, s, d, id=f"{a}-{s}-{d}",
+                 marks=() if (a, s, d) in FAST_GRADS else pytest.mark.slow)
+    for a in ADJOINTS for s in ("t0-t1", "ts", "steps") for d in ("forward", "backward")
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("adjoint, saveat, direction", GRAD_CASES)
+def test_gradients_against_finite_differences(adjoint, saveat, direction):
+    # `jax.grad` at complex inputs is `dL/dRe - i dL/dIm`; `assert_grads_close` checks
+    # complex leaves as [Re, Im] against finite differences of each part.
+    t0, t1 = (0.0, T1) if direction == "forward" else (T1, 0.0)
+    out = SAVEATS[saveat]
+    if out.ts is not None and direction == "backward":
+        out = oc.SaveAt(ts=TS[::-1])
+    loss = _loss(ADJOINTS[adjoint], out, t0, t1)
+    ad = "forward" if adjoint == "forward_mode" else "reverse"
+    # The gradient is that of the accepted step grid (the controller's decisions are
+    # not differentiated), which finite differences see move: ~1e-7 here.
+    assert_grads_close(loss, jnp.asarray(Y0), jnp.asarray(ARGS + 0.1j), argnums=(0, 1), ad=ad,
+                       rtol=1e-5, atol=1e-6)  # fmt: skip
+
+
+def test_jax_convention_for_complex_gradients():
+    # jax.grad of |z|^2 through the solve (y(1) = y0 for f = 0) is 2 conj(z).
+    y0 = jnp.asarray(Y0)
+    grad = jax.grad(lambda y: jnp.sum(jnp.abs(oc.diffeqsolve(
+        lambda t, y, a: jnp.zeros_like(y), oc.Tsit5(), 0.0, 1.0, 0.5, y, saveat=oc.SaveAt(t1=True)
+    ).ys) ** 2))(y0)  # fmt: skip
+    np.testing.assert_allclose(grad, 2 * np.conj(Y0), rtol=1e-14)
+
+
+def test_vmap_over_complex_states():
+    y0s = jnp.stack([jnp.asarray(Y0), jnp.asarray(Y0[::-1] * 1j)])
+    solve = lambda y0: oc.diffeqsolve(schrodinger, oc.Tsit5(), 0.0, T1, None, y0, ARGS,  # noqa: E731
+                                      stepsize_controller=PID).ys[-1]  # fmt: skip
+    expected = np.stack([schrodinger_exact(np.asarray(y), ARGS, T1) for y in y0s])
+    np.testing.assert_allclose(jax.vmap(solve)(y0s), expected, rtol=0, atol=1e-7)
+
+
+@pytest.mark.parametrize("solver", [oc.Tsit5(), oc.Kvaerno5(), oc.Rodas5P()], ids=lambda s: type(s).__name__)
+def test_strict_promotion(solver):
+    # complex64 states with float32 args against float64 times, under strict promotion.
+    y0, args = jnp.asarray(Y0, jnp.complex64), jnp.float32(ARGS)
+
+    def loss(y0, args):
+        sol = oc.diffeqsolve(schrodinger, solver, 0.0, T1, 0.1, y0, args,
+                             adjoint=oc.CheckpointAdjoint(checkpoints=3))  # fmt: skip
+        return jnp.sum(jnp.abs(sol.ys) ** 2)
+
+    with jax.numpy_dtype_promotion("strict"):
+        strict = jax.jit(jax.grad(loss, argnums=(0, 1)))(y0, args)
+    standard = jax.jit(jax.grad(loss, argnums=(0, 1)))(y0, args)
+    assert strict[0].dtype == jnp.complex64 and strict[1].dtype == jnp.float32
+    np.testing.assert_array_equal(strict[0], standard[0])
+    np.testing.assert_array_equal(strict[1], standard[1])
