@@ -112,7 +112,7 @@ def build_solution(
     if saveat.t0:
         ts_parts.append(t0[None])
         ys_parts.append(jax.tree.map(lambda y: y[None], y0))
-    if saved.ts is not None:
+    if problem.ts is not None:  # (`saved.ts` is `None` too when `y0` is `None`)
         at_t0 = problem.ts == state0.t
         start = _at_start(problem, t0, sign, y0, saveat.ts, at_t0, fixed_times)
         ys = jax.tree.map(
