@@ -46,7 +46,6 @@ def phase_exact(y0, args, t):
     return y0 * np.exp(1j * args * np.abs(y0) ** 2 * t)
 
 
-
 SOLVERS = {cls.__name__: cls for cls in (*EXPLICIT, *STIFF)}
 COMPLEX = {"complex128": jnp.complex128, "complex64": jnp.complex64}
 ARGS = 0.7
@@ -78,11 +77,18 @@ def _bound(solver, dtype, h=0.05):
 
 
 SOLVER_CASES = [
-    pytest.param(name, field, dtype, marks=() if case in FAST_CASES else pytest.mark.slow,
-                 id=f"{name}-{field}-{dtype}")
-    for name in SOLVERS for field in ("schrodinger", "phase") for dtype in COMPLEX
+    pytest.param(
+        name,
+        field,
+        dtype,
+        marks=() if case in FAST_CASES else pytest.mark.slow,
+        id=f"{name}-{field}-{dtype}",
+    )
+    for name in SOLVERS
+    for field in ("schrodinger", "phase")
+    for dtype in COMPLEX
     for case in [(name, field, dtype)]
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("name, field, dtype", SOLVER_CASES)
@@ -123,8 +129,9 @@ def _mixed_numpy(t, v):
 
 def _mixed_reference(ts):
     v0 = np.concatenate([Y0, [1.5 + 0j]])
-    out = scipy.integrate.solve_ivp(_mixed_numpy, (0.0, T1), v0, method="DOP853", t_eval=ts, rtol=1e-12,
-                                    atol=1e-12)  # fmt: skip
+    out = scipy.integrate.solve_ivp(
+        _mixed_numpy, (0.0, T1), v0, method="DOP853", t_eval=ts, rtol=1e-12, atol=1e-12
+    )
     return out.y.T
 
 
@@ -132,8 +139,17 @@ def _mixed_reference(ts):
 def test_mixed_real_and_complex_leaves_against_scipy(name):
     ts = np.linspace(0.0, T1, 5)
     y0 = {"z": jnp.asarray(Y0), "r": jnp.asarray([1.5])}
-    sol = oc.diffeqsolve(_mixed_field, SOLVERS[name](), 0.0, T1, None, y0, ARGS,
-                         saveat=oc.SaveAt(ts=ts), stepsize_controller=PID)  # fmt: skip
+    sol = oc.diffeqsolve(
+        _mixed_field,
+        SOLVERS[name](),
+        0.0,
+        T1,
+        None,
+        y0,
+        ARGS,
+        saveat=oc.SaveAt(ts=ts),
+        stepsize_controller=PID,
+    )
     assert sol.ys["z"].dtype == jnp.complex128 and sol.ys["r"].dtype == jnp.float64
     expected = _mixed_reference(ts)
     np.testing.assert_allclose(sol.ys["z"], expected[:, :2], rtol=0, atol=1e-6)
@@ -166,12 +182,24 @@ CONTROLLERS = {
 @pytest.mark.parametrize("controller, dt0", CONTROLLERS.values(), ids=CONTROLLERS.keys())
 def test_adaptive_steps_match_diffrax(controller, dt0):
     # The error norm is the RMS of |z|: the same accepted and rejected steps as diffrax.
-    kwargs = dict(rtol=controller.rtol, atol=controller.atol, pcoeff=controller.pcoeff,
-                  icoeff=controller.icoeff)  # fmt: skip
+    kwargs = dict(
+        rtol=controller.rtol,
+        atol=controller.atol,
+        pcoeff=controller.pcoeff,
+        icoeff=controller.icoeff,
+    )
     y0 = jnp.asarray(Y0)
     sol = oc.diffeqsolve(phase, oc.Tsit5(), 0.0, 3.0, dt0, y0, 2.0, stepsize_controller=controller)
-    ref = dfx.diffeqsolve(dfx.ODETerm(phase), dfx.Tsit5(), 0.0, 3.0, dt0, y0, 2.0,
-                          stepsize_controller=dfx.PIDController(**kwargs))  # fmt: skip
+    ref = dfx.diffeqsolve(
+        dfx.ODETerm(phase),
+        dfx.Tsit5(),
+        0.0,
+        3.0,
+        dt0,
+        y0,
+        2.0,
+        stepsize_controller=dfx.PIDController(**kwargs),
+    )
     counts = lambda s: (int(s.stats["num_accepted_steps"]), int(s.stats["num_rejected_steps"]))  # noqa: E731
     assert counts(sol) == counts(ref)
     np.testing.assert_allclose(sol.ys, ref.ys, rtol=1e-10, atol=1e-12)
@@ -179,8 +207,16 @@ def test_adaptive_steps_match_diffrax(controller, dt0):
 
 def test_step_to():
     steps = np.linspace(0.0, T1, 41)
-    sol = oc.diffeqsolve(schrodinger, oc.Tsit5(), 0.0, T1, None, jnp.asarray(Y0), ARGS,
-                         stepsize_controller=oc.StepTo(steps))  # fmt: skip
+    sol = oc.diffeqsolve(
+        schrodinger,
+        oc.Tsit5(),
+        0.0,
+        T1,
+        None,
+        jnp.asarray(Y0),
+        ARGS,
+        stepsize_controller=oc.StepTo(steps),
+    )
     assert int(sol.stats["num_steps"]) == 40
     np.testing.assert_allclose(sol.ys[-1], schrodinger_exact(Y0, ARGS, T1), atol=1e-9)
 
@@ -201,8 +237,18 @@ def test_every_output_against_closed_form(saveat, direction):
     if saveat.ts is not None and direction < 0:
         saveat = oc.SaveAt(ts=TS[::-1])
     y0 = schrodinger_exact(Y0, ARGS, t0)
-    sol = oc.diffeqsolve(schrodinger, oc.Tsit5(), t0, t1, None, jnp.asarray(y0), ARGS,
-                         saveat=saveat, stepsize_controller=PID, max_steps=64)  # fmt: skip
+    sol = oc.diffeqsolve(
+        schrodinger,
+        oc.Tsit5(),
+        t0,
+        t1,
+        None,
+        jnp.asarray(y0),
+        ARGS,
+        saveat=saveat,
+        stepsize_controller=PID,
+        max_steps=64,
+    )
     if saveat.dense:
         times = np.linspace(t0, t1, 7)
         ys = np.stack([np.asarray(sol.evaluate(t)) for t in times])
@@ -222,12 +268,25 @@ def _loss(adjoint, saveat, t0=0.0, t1=T1):
 
     # `SaveAt(steps=True)` saves at the step times, which finite differences would see
     # move with an adaptive controller (whose decisions are not differentiated).
-    controller, dt0 = (oc.ConstantStepSize(), 0.1 * np.sign(t1 - t0)) if saveat.steps else (PID, None)
+    controller, dt0 = (
+        (oc.ConstantStepSize(), 0.1 * np.sign(t1 - t0)) if saveat.steps else (PID, None)
+    )
 
     @jax.jit
     def loss(y0, args):
-        sol = oc.diffeqsolve(field, oc.Tsit5(), t0, t1, dt0, y0, args, saveat=saveat,
-                             stepsize_controller=controller, adjoint=adjoint, max_steps=64)  # fmt: skip
+        sol = oc.diffeqsolve(
+            field,
+            oc.Tsit5(),
+            t0,
+            t1,
+            dt0,
+            y0,
+            args,
+            saveat=saveat,
+            stepsize_controller=controller,
+            adjoint=adjoint,
+            max_steps=64,
+        )
         ys = jnp.where(jnp.isfinite(sol.ys), sol.ys, 0)  # `steps`: rows past the last
         return jnp.sum(jnp.abs(ys) ** 2 * jnp.arange(1, 3)[None]) + jnp.sum(ys.real * ys.imag)
 
@@ -249,10 +308,13 @@ FAST_GRADS = {
     ("forward_mode", "t0-t1", "forward"),
 }
 GRAD_CASES = [
-    pytest.param(a, s, d, id=f"{a}-{s}-{d}",
-                 marks=() if (a, s, d) in FAST_GRADS else pytest.mark.slow)
-    for a in ADJOINTS for s in ("t0-t1", "ts", "steps") for d in ("forward", "backward")
-]  # fmt: skip
+    pytest.param(
+        a, s, d, id=f"{a}-{s}-{d}", marks=() if (a, s, d) in FAST_GRADS else pytest.mark.slow
+    )
+    for a in ADJOINTS
+    for s in ("t0-t1", "ts", "steps")
+    for d in ("forward", "backward")
+]
 
 
 @pytest.mark.parametrize("adjoint, saveat, direction", GRAD_CASES)
@@ -267,35 +329,60 @@ def test_gradients_against_finite_differences(adjoint, saveat, direction):
     ad = "forward" if adjoint == "forward_mode" else "reverse"
     # The gradient is that of the accepted step grid (the controller's decisions are
     # not differentiated), which finite differences see move: ~1e-7 here.
-    assert_grads_close(loss, jnp.asarray(Y0), jnp.asarray(ARGS + 0.1j), argnums=(0, 1), ad=ad,
-                       rtol=1e-5, atol=1e-6)  # fmt: skip
+    assert_grads_close(
+        loss, jnp.asarray(Y0), jnp.asarray(ARGS + 0.1j), argnums=(0, 1), ad=ad, rtol=1e-5, atol=1e-6
+    )
 
 
 def test_jax_convention_for_complex_gradients():
     # jax.grad of |z|^2 through the solve (y(1) = y0 for f = 0) is 2 conj(z).
     y0 = jnp.asarray(Y0)
-    grad = jax.grad(lambda y: jnp.sum(jnp.abs(oc.diffeqsolve(
-        lambda t, y, a: jnp.zeros_like(y), oc.Tsit5(), 0.0, 1.0, 0.5, y, saveat=oc.SaveAt(t1=True)
-    ).ys) ** 2))(y0)  # fmt: skip
+    grad = jax.grad(
+        lambda y: jnp.sum(
+            jnp.abs(
+                oc.diffeqsolve(
+                    lambda t, y, a: jnp.zeros_like(y),
+                    oc.Tsit5(),
+                    0.0,
+                    1.0,
+                    0.5,
+                    y,
+                    saveat=oc.SaveAt(t1=True),
+                ).ys
+            )
+            ** 2
+        )
+    )(y0)
     np.testing.assert_allclose(grad, 2 * np.conj(Y0), rtol=1e-14)
 
 
 def test_vmap_over_complex_states():
     y0s = jnp.stack([jnp.asarray(Y0), jnp.asarray(Y0[::-1] * 1j)])
-    solve = lambda y0: oc.diffeqsolve(schrodinger, oc.Tsit5(), 0.0, T1, None, y0, ARGS,  # noqa: E731
-                                      stepsize_controller=PID).ys[-1]  # fmt: skip
+    solve = lambda y0: oc.diffeqsolve(
+        schrodinger,
+        oc.Tsit5(),
+        0.0,
+        T1,
+        None,
+        y0,
+        ARGS,  # noqa: E731
+        stepsize_controller=PID,
+    ).ys[-1]
     expected = np.stack([schrodinger_exact(np.asarray(y), ARGS, T1) for y in y0s])
     np.testing.assert_allclose(jax.vmap(solve)(y0s), expected, rtol=0, atol=1e-7)
 
 
-@pytest.mark.parametrize("solver", [oc.Tsit5(), oc.Kvaerno5(), oc.Rodas5P()], ids=lambda s: type(s).__name__)
+@pytest.mark.parametrize(
+    "solver", [oc.Tsit5(), oc.Kvaerno5(), oc.Rodas5P()], ids=lambda s: type(s).__name__
+)
 def test_strict_promotion(solver):
     # complex64 states with float32 args against float64 times, under strict promotion.
     y0, args = jnp.asarray(Y0, jnp.complex64), jnp.float32(ARGS)
 
     def loss(y0, args):
-        sol = oc.diffeqsolve(schrodinger, solver, 0.0, T1, 0.1, y0, args,
-                             adjoint=oc.CheckpointAdjoint(checkpoints=3))  # fmt: skip
+        sol = oc.diffeqsolve(
+            schrodinger, solver, 0.0, T1, 0.1, y0, args, adjoint=oc.CheckpointAdjoint(checkpoints=3)
+        )
         return jnp.sum(jnp.abs(sol.ys) ** 2)
 
     with jax.numpy_dtype_promotion("strict"):
@@ -319,8 +406,18 @@ def test_first_step_uses_the_modulus():
     d2 = norm(f(h0, y0 + h0 * f0) - f0) / h0
     expected = min(100 * h0, (0.01 / max(d1, d2)) ** (1 / oc.Tsit5().error_order))
     controller = oc.PIDController(rtol=rtol, atol=atol)
-    sol = oc.diffeqsolve(phase, oc.Tsit5(), 0.0, T1, None, jnp.asarray(y0), args,
-                         saveat=oc.SaveAt(steps=True), stepsize_controller=controller,
-                         max_steps=1, throw=False)  # fmt: skip
+    sol = oc.diffeqsolve(
+        phase,
+        oc.Tsit5(),
+        0.0,
+        T1,
+        None,
+        jnp.asarray(y0),
+        args,
+        saveat=oc.SaveAt(steps=True),
+        stepsize_controller=controller,
+        max_steps=1,
+        throw=False,
+    )
     assert int(sol.stats["num_accepted_steps"]) == 1  # the first step, accepted
     np.testing.assert_allclose(sol.ts[0], expected, rtol=1e-12)

@@ -62,10 +62,29 @@ CONTROLLERS = {
 def test_outputs_and_steps_match_diffrax(y0, controller, reference, dt0):
     y0 = jax.tree.map(jnp.asarray, y0)
     saveat = dict(ts=TS, dense=True)
-    sol = oc.diffeqsolve(decay, oc.Tsit5(), 0.0, 1.0, dt0, y0, 1.0, saveat=oc.SaveAt(**saveat),
-                         stepsize_controller=controller, max_steps=64)  # fmt: skip
-    ref = dfx.diffeqsolve(dfx.ODETerm(decay), dfx.Tsit5(), 0.0, 1.0, dt0, y0, 1.0,
-                          saveat=dfx.SaveAt(**saveat), stepsize_controller=reference)  # fmt: skip
+    sol = oc.diffeqsolve(
+        decay,
+        oc.Tsit5(),
+        0.0,
+        1.0,
+        dt0,
+        y0,
+        1.0,
+        saveat=oc.SaveAt(**saveat),
+        stepsize_controller=controller,
+        max_steps=64,
+    )
+    ref = dfx.diffeqsolve(
+        dfx.ODETerm(decay),
+        dfx.Tsit5(),
+        0.0,
+        1.0,
+        dt0,
+        y0,
+        1.0,
+        saveat=dfx.SaveAt(**saveat),
+        stepsize_controller=reference,
+    )
     assert sol.result == oc.RESULTS.successful
     np.testing.assert_array_equal(sol.ts, TS)
     assert jax.tree.structure(sol.ys) == jax.tree.structure(ref.ys)
@@ -75,8 +94,17 @@ def test_outputs_and_steps_match_diffrax(y0, controller, reference, dt0):
 
 
 def test_empty_tuple():
-    sol = oc.diffeqsolve(decay, oc.Tsit5(), 0.0, 1.0, 0.1, (), 1.0,
-                         saveat=oc.SaveAt(ts=TS, dense=True), stepsize_controller=PID)  # fmt: skip
+    sol = oc.diffeqsolve(
+        decay,
+        oc.Tsit5(),
+        0.0,
+        1.0,
+        0.1,
+        (),
+        1.0,
+        saveat=oc.SaveAt(ts=TS, dense=True),
+        stepsize_controller=PID,
+    )
     assert sol.ys == () and sol.evaluate(0.5) == ()
     np.testing.assert_array_equal(sol.ts, TS)
     assert int(sol.stats["num_steps"]) == 2  # 0.1, then 10x: clipped to land on t1
@@ -89,9 +117,18 @@ SOLVERS = [oc.Tsit5(), pytest.param(oc.Kvaerno5(), marks=pytest.mark.slow), oc.R
 @pytest.mark.parametrize("shape", [(0,), (3, 0)], ids=["0", "3x0"])
 def test_zero_size_leaf_leaves_the_other_steps_alone(shape, solver):
     y = jnp.asarray([1.0, 0.5])
-    solve = lambda y0: oc.diffeqsolve(decay, solver, 0.0, 2.0, None, y0, 1.0,  # noqa: E731
-                                      saveat=oc.SaveAt(steps=True), stepsize_controller=PID,
-                                      max_steps=64)  # fmt: skip
+    solve = lambda y0: oc.diffeqsolve(
+        decay,
+        solver,
+        0.0,
+        2.0,
+        None,
+        y0,
+        1.0,  # noqa: E731
+        saveat=oc.SaveAt(steps=True),
+        stepsize_controller=PID,
+        max_steps=64,
+    )
     alone, mixed = solve(y), solve({"empty": jnp.zeros(shape), "y": y})
     assert int(mixed.stats["num_steps"]) == int(alone.stats["num_steps"])
     np.testing.assert_array_equal(mixed.ts, alone.ts)
@@ -103,10 +140,21 @@ def test_zero_size_leaf_leaves_the_other_steps_alone(shape, solver):
 def test_first_step_heuristic_of_an_empty_state():
     # No elements: every norm of the heuristic is 0, so the first step is 1e-6 (as in
     # Hairer–Nørsett–Wanner's rule and diffrax's), then grows by factormax.
-    sol = oc.diffeqsolve(decay, oc.Tsit5(), 0.0, 1.0, None, None, 1.0,
-                         saveat=oc.SaveAt(steps=True), stepsize_controller=PID, max_steps=16)  # fmt: skip
-    np.testing.assert_allclose(sol.ts[:7], [1e-6, 1.1e-5, 1.11e-4, 1.111e-3, 1.1111e-2,
-                                            0.111111, 1.0], rtol=1e-12)  # fmt: skip
+    sol = oc.diffeqsolve(
+        decay,
+        oc.Tsit5(),
+        0.0,
+        1.0,
+        None,
+        None,
+        1.0,
+        saveat=oc.SaveAt(steps=True),
+        stepsize_controller=PID,
+        max_steps=16,
+    )
+    np.testing.assert_allclose(
+        sol.ts[:7], [1e-6, 1.1e-5, 1.11e-4, 1.111e-3, 1.1111e-2, 0.111111, 1.0], rtol=1e-12
+    )
 
 
 ADJOINTS = {
@@ -126,8 +174,19 @@ EDGE = {"None": None, "zero": np.zeros((0,)), "mixed": (np.zeros((3, 0)), np.arr
 
 def _loss(y0, adjoint, saveat, controller):
     def loss(a):
-        sol = oc.diffeqsolve(decay, oc.Tsit5(), 0.0, 1.0, 0.1, y0, a, saveat=saveat,
-                             stepsize_controller=controller, adjoint=adjoint, max_steps=64)  # fmt: skip
+        sol = oc.diffeqsolve(
+            decay,
+            oc.Tsit5(),
+            0.0,
+            1.0,
+            0.1,
+            y0,
+            a,
+            saveat=saveat,
+            stepsize_controller=controller,
+            adjoint=adjoint,
+            max_steps=64,
+        )
         ys = [jnp.where(jnp.isfinite(x), x, 0.0) for x in jax.tree.leaves(sol.ys)]
         return a**2 + sum(jnp.sum(x) for x in ys)
 
@@ -137,7 +196,13 @@ def _loss(y0, adjoint, saveat, controller):
 def _expected_grad(y0, saveat, a):
     """`d/da (a^2 + sum y(t_k))` for `y = y0 exp(-a t)` at the save times."""
     y = np.sum([np.sum(x) for x in jax.tree.leaves(y0)])
-    times = np.array([0.0, 1.0]) if saveat.t0 else TS if saveat.ts is not None else np.arange(1, 11) / 10
+    times = (
+        np.array([0.0, 1.0])
+        if saveat.t0
+        else TS
+        if saveat.ts is not None
+        else np.arange(1, 11) / 10
+    )
     return 2 * a + np.sum(-times * y * np.exp(-a * times))
 
 
@@ -148,9 +213,13 @@ FAST_GRADS = {
     ("mixed", "forward_mode", "ts"),
 }
 GRAD_CASES = [
-    pytest.param(y, a, s, id=f"{y}-{a}-{s}", marks=() if (y, a, s) in FAST_GRADS else pytest.mark.slow)
-    for y in EDGE for a in ADJOINTS for s in SAVEATS
-]  # fmt: skip
+    pytest.param(
+        y, a, s, id=f"{y}-{a}-{s}", marks=() if (y, a, s) in FAST_GRADS else pytest.mark.slow
+    )
+    for y in EDGE
+    for a in ADJOINTS
+    for s in SAVEATS
+]
 
 
 @pytest.mark.parametrize("y0, adjoint, saveat", GRAD_CASES)

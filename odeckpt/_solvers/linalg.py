@@ -1,8 +1,9 @@
 """Dense linear algebra for the implicit solvers, on the flattened state.
 
-A PyTree state is flattened into one vector with `jax.flatten_util.ravel_pytree` (its
-leaves promoted to one dtype), so Jacobians are plain `(n, n)` matrices, factorised
-once (LU with partial pivoting) for every right-hand side of a step.
+A PyTree state is flattened into one real vector with `jax.flatten_util.ravel_pytree`
+(its leaves promoted to one dtype; complex leaves as their real view `[Re, Im]`, see
+`real_view`), so Jacobians are plain real `(n, n)` matrices, factorised once (LU with
+partial pivoting) for every right-hand side of a step.
 
 Small systems (`n <= SMALL`) are solved with the inverse formed from that pivoted LU,
 applied as a matrix-vector product. At those sizes the arithmetic is negligible and
@@ -25,7 +26,7 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 from jax.flatten_util import ravel_pytree
 
-from odeckpt._core import Args, Y
+from odeckpt._core import Args, Y, from_real_view, real_view
 from odeckpt._terms import AbstractTerm
 
 FlatField = Callable[[jax.Array, jax.Array], jax.Array]
@@ -60,34 +61,6 @@ def flatten(term: AbstractTerm, y0: Y, args: Args) -> Flat:
         return out.astype(y.dtype)
 
     return Flat(y, unravel, f)
-
-
-def real_view(tree: Y) -> Y:
-    """`tree` with each complex leaf `z` replaced by the real array `[z.real, z.imag]`
-    (stacked on a new last axis); real leaves unchanged.
-
-    The stiff solvers work on this real view, so their Jacobians are those of the real
-    system in `(Re y, Im y)`: right for every vector field, holomorphic or not (the
-    complex Jacobian `df/dy` describes only holomorphic fields). For a holomorphic
-    field the real-view step equals the complex one, at twice the unknowns."""
-    split = lambda x: jnp.stack([x.real, x.imag], axis=-1) if _is_complex(x) else x  # noqa: E731
-    return jax.tree.map(split, tree)
-
-
-def from_real_view(tree: Y, like: Y) -> Y:
-    """The inverse of `real_view`: leaves of `tree` made complex where those of `like`
-    (arrays or `jax.ShapeDtypeStruct`s) are."""
-
-    def join(x, proto):
-        if not _is_complex(proto):
-            return x
-        return jax.lax.complex(x[..., 0], x[..., 1]).astype(proto.dtype)
-
-    return jax.tree.map(join, tree, like)
-
-
-def _is_complex(x) -> bool:
-    return jnp.issubdtype(x.dtype, jnp.complexfloating)
 
 
 def unravel_rows(flat: Flat, rows: jax.Array) -> Y:

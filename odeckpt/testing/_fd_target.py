@@ -16,6 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from odeckpt._core import from_real_view, is_complex, real_view
+
 
 @dataclasses.dataclass(frozen=True)
 class Target:
@@ -61,12 +63,13 @@ def make_target(fn: Callable, args: tuple, argnums: Any, cotangent: Any, rng) ->
             "floating-point array leaves (Python floats and integer arrays are left "
             "alone, as in `eqx.filter_grad`); pass `jnp.asarray(x, float)`."
         )
-    complex_like = [x if _is_complex(x) else None for x in leaves]
-    leaves = [_real_view(x) for x in leaves]
+    complex_like = [x if is_complex(x) else None for x in leaves]
+    leaves = [real_view(x) for x in leaves]
     counts = [len(leaf_paths) for leaf_paths, _ in flat]
 
     def call(leaves):
-        leaves = [x if z is None else _from_real_view(x, z) for x, z in zip(leaves, complex_like, strict=True)]  # fmt: skip
+        pairs = zip(leaves, complex_like, strict=True)
+        leaves = [x if z is None else from_real_view(x, z) for x, z in pairs]
         new_args, start = list(args), 0
         for i, (_, static), (_, treedef), n in zip(argnums, parts, flat, counts, strict=True):
             diff = jax.tree_util.tree_unflatten(treedef, leaves[start : start + n])
@@ -74,20 +77,6 @@ def make_target(fn: Callable, args: tuple, argnums: Any, cotangent: Any, rng) ->
         return fn(*new_args)
 
     return _scalarise(call, leaves, paths, cotangent, rng)
-
-
-def _is_complex(x) -> bool:
-    return jnp.issubdtype(x.dtype, jnp.complexfloating)
-
-
-def _real_view(x: jax.Array) -> jax.Array:
-    """A complex leaf as the real array `[x.real, x.imag]` on a new last axis (so each
-    part is checked against its own finite differences); a real leaf unchanged."""
-    return jnp.stack([x.real, x.imag], axis=-1) if _is_complex(x) else x
-
-
-def _from_real_view(x: jax.Array, like: jax.Array) -> jax.Array:
-    return jax.lax.complex(x[..., 0], x[..., 1]).astype(like.dtype)
 
 
 def _argnums(argnums: int | Sequence[int], nargs: int) -> tuple[int, ...]:
