@@ -134,7 +134,8 @@ def test_zero_size_leaf_leaves_the_other_steps_alone(shape, solver):
     np.testing.assert_array_equal(mixed.ts, alone.ts)
     np.testing.assert_array_equal(mixed.ys["y"], alone.ys)
     n = int(alone.stats["num_accepted_steps"])
-    np.testing.assert_allclose(mixed.ys["y"][n - 1], y * np.exp(-2.0), rtol=1e-6)
+    # The global error of rtol = 1e-6 steps (Kvaerno5: 2e-6).
+    np.testing.assert_allclose(mixed.ys["y"][n - 1], y * np.exp(-2.0), rtol=1e-5)
 
 
 def test_first_step_heuristic_of_an_empty_state():
