@@ -373,7 +373,9 @@ def test_vmap_over_complex_states():
 
 
 @pytest.mark.parametrize(
-    "solver", [oc.Tsit5(), oc.Kvaerno5(), oc.Rodas5P()], ids=lambda s: type(s).__name__
+    "solver",
+    [oc.Tsit5(), pytest.param(oc.Kvaerno5(), marks=pytest.mark.slow), oc.Rodas5P()],
+    ids=["Tsit5", "Kvaerno5", "Rodas5P"],
 )
 def test_strict_promotion(solver):
     # complex64 states with float32 args against float64 times, under strict promotion.
