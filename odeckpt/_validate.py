@@ -27,36 +27,37 @@ from ._saveat import SaveAt, SubSaveAt, sub_saves
 
 
 def floating_state(y0, time_dtype):
-    """`y0` with array leaves, every leaf floating and of one dtype.
+    """`y0` with array leaves, every leaf floating (real or complex) of one precision.
 
-    Integer leaves are cast to that of the floating leaves, or to `time_dtype` when
-    there is none (`y0=1` solves in the time dtype, as in diffrax)."""
+    Integer leaves are cast to the real dtype of the floating leaves, or to `time_dtype`
+    when there is none (`y0=1` solves in the time dtype, as in diffrax). Real and
+    complex leaves may be mixed when they share a precision (float32 with complex64,
+    float64 with complex128). `y0` may have no leaves (`None`, `{}`, `()`) and leaves
+    may have no elements: such a solve steps through time with nothing to integrate."""
     leaves, treedef = jax.tree.flatten(y0)
-    if not leaves:
-        raise ValueError("`y0` is an empty PyTree; pass at least one floating array.")
     arrays = [jnp.asarray(x) for x in leaves]
     for path, x in zip(jax.tree_util.tree_flatten_with_path(y0)[0], arrays, strict=True):
         name = jax.tree_util.keystr(path[0]) or "y0"
-        if jnp.issubdtype(x.dtype, jnp.complexfloating):
-            raise TypeError(
-                f"`y0` must hold real floating arrays; leaf {name} is complex ({x.dtype}). "
-                "Solve for the real and imaginary parts as two leaves, `(y.real, y.imag)`, "
-                "with the vector field written on them."
-            )
-        if not (jnp.issubdtype(x.dtype, jnp.floating) or _is_integer(x)):
+        if not (jnp.issubdtype(x.dtype, jnp.inexact) or _is_integer(x)):
             raise TypeError(
                 f"`y0` must hold floating (or integer) arrays; leaf {name} has dtype "
                 f"{x.dtype}. Convert it, e.g. `jnp.asarray(y0, dtype=float)`."
             )
-    dtypes = sorted({str(x.dtype) for x in arrays if not _is_integer(x)})
-    if len(dtypes) > 1:
+    reals = sorted({str(_real_dtype(x.dtype)) for x in arrays if not _is_integer(x)})
+    if len(reals) > 1:
+        dtypes = sorted({str(x.dtype) for x in arrays if not _is_integer(x)})
         raise TypeError(
-            f"`y0` mixes floating dtypes {dtypes}; use one dtype for every leaf "
-            "(e.g. cast all to float64)."
+            f"`y0` mixes floating precisions {dtypes}; use one precision for every leaf "
+            "(e.g. cast all to float64, or complex leaves to complex128)."
         )
-    dtype = dtypes[0] if dtypes else time_dtype
+    dtype = reals[0] if reals else time_dtype
     arrays = [x.astype(dtype) if _is_integer(x) else x for x in arrays]
     return jax.tree.unflatten(treedef, arrays)
+
+
+def _real_dtype(dtype):
+    """The real dtype of a floating dtype: float32 for complex64, itself for a real one."""
+    return jnp.finfo(dtype).dtype
 
 
 def _is_integer(x) -> bool:
@@ -241,8 +242,10 @@ def check_values(y0, args, t0, t1, dt0, ts, controller, throw: bool):
     message). Then each check runs now when its inputs are concrete (raising
     `ValueError`), else at run time. There, with `throw`, one `eqx.branched_error_if`
     threaded onto `y0` raises the message of the first failed check (and `invalid` is
-    None); without, `invalid` is whether any check failed (None when nothing is checked
-    at run time), for the solve to report as `RESULTS.invalid_input`."""
+    None; for a `y0` without leaves, e.g. `None`, `invalid` is the flag the error is
+    threaded onto, which the solve's result reads); without, `invalid` is whether any
+    check failed (None when nothing is checked at run time), for the solve to report
+    as `RESULTS.invalid_input`."""
     if controller.step_times is not None:
         _check_step_times(controller, t0, t1)
     pending = []
@@ -260,6 +263,9 @@ def check_values(y0, args, t0, t1, dt0, ts, controller, throw: bool):
     if not throw:
         return y0, jnp.any(failed)
     messages = [m + " (checked at run time)" for _, m in pending]
+    if not jax.tree.leaves(y0):  # no state to thread onto: the flag carries the error
+        flag = jnp.any(failed)
+        return y0, eqx.branched_error_if(flag, flag, jnp.argmax(failed), messages)
     return eqx.branched_error_if(y0, jnp.any(failed), jnp.argmax(failed), messages), None
 
 

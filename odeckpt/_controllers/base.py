@@ -29,12 +29,17 @@ from odeckpt._core import Y, promoted_dtype
 
 
 def rms_norm(x: Y) -> jax.Array:
-    """Root mean square over every element of every leaf."""
+    """Root mean square of the modulus `|x|` over every element of every leaf (real
+    leaves and complex ones alike), in the real dtype of the leaves; 0 when `x` has no
+    elements (`None`, `{}`, zero-size leaves), as diffrax's `rms_norm`: an empty state
+    has no error, so every step is accepted and grows by `factormax`."""
     leaves = [jnp.ravel(jnp.abs(leaf)) for leaf in jax.tree.leaves(x)]
     if not leaves:
         return jnp.asarray(0.0)
     dtype = promoted_dtype(*leaves)
     flat = jnp.concatenate([leaf.astype(dtype) for leaf in leaves])
+    if flat.size == 0:
+        return jnp.zeros((), dtype)
     return jnp.sqrt(jnp.mean(flat**2))
 
 

@@ -7,7 +7,8 @@ subpackage uses. Imports nothing from the rest of odeckpt.
 - `batching`: primitives with their own `jax.vmap` rules for the loops.
 - `pack`: scalars packed into short vectors (the checkpoint record's layout).
 - `promotion`: explicit casts to the dtype standard promotion gives (strict mode).
-- `tree`: PyTree helpers: buffer rows, symbolic-zero cotangents, sizes, finiteness.
+- `tree`: PyTree helpers: buffer rows, symbolic-zero cotangents, sizes, finiteness,
+  the real view `[Re, Im]` of complex leaves.
 """
 
 from .batching import (
@@ -32,8 +33,11 @@ from .results import (
 from .tree import (
     all_finite as all_finite,
     as_arrays as as_arrays,
+    from_real_view as from_real_view,
+    is_complex as is_complex,
     materialize as materialize,
     nbytes as nbytes,
+    real_view as real_view,
     row as row,
     set_row as set_row,
     tree_add as tree_add,

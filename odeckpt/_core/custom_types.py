@@ -2,10 +2,10 @@
 
 from typing import Any, TypeAlias
 
-from jaxtyping import Array, ArrayLike, Float, PyTree
+from jaxtyping import Array, ArrayLike, Float, Inexact, PyTree
 
-Y: TypeAlias = PyTree[Float[Array, "..."]]
-"""The state: any PyTree of floating arrays."""
+Y: TypeAlias = PyTree[Inexact[Array, "..."]]
+"""The state: any PyTree of floating arrays, real or complex (possibly empty)."""
 Args: TypeAlias = PyTree[Any]
 """Extra arguments passed to the vector field."""
 RealScalarLike: TypeAlias = float | int | Float[ArrayLike, ""]

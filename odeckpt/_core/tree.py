@@ -8,6 +8,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .custom_types import Y
+
 
 def row(tree, i):
     """Row `i` of every leaf of `tree`."""
@@ -60,3 +62,33 @@ def nbytes(tree) -> int:
     """Bytes of the array leaves (arrays or `jax.ShapeDtypeStruct`s) of `tree`."""
     leaves = [x for x in jax.tree.leaves(tree) if hasattr(x, "shape") and hasattr(x, "dtype")]
     return sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in leaves)
+
+
+def real_view(tree: Y) -> Y:
+    """`tree` with each complex leaf `z` replaced by the real array `[z.real, z.imag]`
+    (stacked on a new last axis); real leaves unchanged.
+
+    The stiff solvers work on this real view, so their Jacobians are those of the real
+    system in `(Re y, Im y)`: right for every vector field, holomorphic or not (the
+    complex Jacobian `df/dy` describes only holomorphic fields). For a holomorphic
+    field the real-view step equals the complex one, at twice the unknowns.
+    `odeckpt.testing` checks the gradients of complex leaves through it too."""
+    split = lambda x: jnp.stack([x.real, x.imag], axis=-1) if is_complex(x) else x  # noqa: E731
+    return jax.tree.map(split, tree)
+
+
+def from_real_view(tree: Y, like: Y) -> Y:
+    """The inverse of `real_view`: leaves of `tree` made complex where those of `like`
+    (arrays or `jax.ShapeDtypeStruct`s) are."""
+
+    def join(x, proto):
+        if not is_complex(proto):
+            return x
+        return jax.lax.complex(x[..., 0], x[..., 1]).astype(proto.dtype)
+
+    return jax.tree.map(join, tree, like)
+
+
+def is_complex(x) -> bool:
+    """Whether an array (or `jax.ShapeDtypeStruct`) has a complex dtype."""
+    return jnp.issubdtype(x.dtype, jnp.complexfloating)

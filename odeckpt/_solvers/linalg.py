@@ -1,8 +1,9 @@
 """Dense linear algebra for the implicit solvers, on the flattened state.
 
-A PyTree state is flattened into one vector with `jax.flatten_util.ravel_pytree` (its
-leaves promoted to one dtype), so Jacobians are plain `(n, n)` matrices, factorised
-once (LU with partial pivoting) for every right-hand side of a step.
+A PyTree state is flattened into one real vector with `jax.flatten_util.ravel_pytree`
+(its leaves promoted to one dtype; complex leaves as their real view `[Re, Im]`, see
+`real_view`), so Jacobians are plain real `(n, n)` matrices, factorised once (LU with
+partial pivoting) for every right-hand side of a step.
 
 Small systems (`n <= SMALL`) are solved with the inverse formed from that pivoted LU,
 applied as a matrix-vector product. At those sizes the arithmetic is negligible and
@@ -25,7 +26,7 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 from jax.flatten_util import ravel_pytree
 
-from odeckpt._core import Args, Y
+from odeckpt._core import Args, Y, from_real_view, real_view
 from odeckpt._terms import AbstractTerm
 
 FlatField = Callable[[jax.Array, jax.Array], jax.Array]
@@ -47,11 +48,16 @@ class Flat(eqx.Module):
 
 
 def flatten(term: AbstractTerm, y0: Y, args: Args) -> Flat:
-    """Flatten `y0` and wrap `term.vf` to act on flat vectors."""
-    y, unravel = ravel_pytree(y0)
+    """Flatten `y0` (its real view, see `real_view`) and wrap `term.vf` to act on flat
+    vectors."""
+    y, unravel_real = ravel_pytree(real_view(y0))
+    like = jax.tree.map(lambda x: jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x)), y0)
+
+    def unravel(y_flat):
+        return from_real_view(unravel_real(y_flat), like)
 
     def f(t, y_flat):
-        out, _ = ravel_pytree(term.vf(t, unravel(y_flat), args))
+        out, _ = ravel_pytree(real_view(term.vf(t, unravel(y_flat), args)))
         return out.astype(y.dtype)
 
     return Flat(y, unravel, f)

@@ -48,10 +48,12 @@ class AbstractRosenbrock(AbstractAdaptiveSolver):
     Attributes:
         jac: optional `jac(t, y, args) -> (n, n) array`, the Jacobian df/dy on the
             flattened state (`jax.flatten_util.ravel_pytree(y)`; for a 1-D array `y`
-            the usual Jacobian). `None` (default): computed with `n + 1` batched
-            forward-mode products (`jax.jacfwd`), `df/dt` included. A given `jac` is
-            checked against one Jacobian-vector product per step and the solve
-            raises if they disagree; it must be valid for forward-in-time solves.
+            the usual Jacobian; complex leaves enter as their real view `[Re, Im]` on
+            a last axis of 2, so for a complex `y` of `n` elements it is `(2n, 2n)`).
+            `None` (default): computed with `n + 1` batched forward-mode products
+            (`jax.jacfwd`), `df/dt` included. A given `jac` is checked against one
+            Jacobian-vector product per step and the solve raises if they disagree;
+            it must be valid for forward-in-time solves.
 
     A Rosenbrock method is linearly implicit: it solves linear systems, with no root
     finder, so it is not an `AbstractImplicitSolver` (which has a `root_finder`).

@@ -16,7 +16,10 @@ array leaves of `args[argnums]` is compared with central differences of `fn`.
 Integer arrays, Python scalars, `None`, callables and other non-array leaves (fields
 of an `eqx.Module`, say) are left alone, as in `eqx.filter_grad`. A non-scalar output
 is reduced to the scalar `Σ ⟨c, fn(x)⟩` with a random normal cotangent `c` (or the
-one you pass), which checks the vector-Jacobian product `cᵀ J`.
+one you pass), which checks the vector-Jacobian product `cᵀ J`. A complex leaf is checked as its
+real view `[Re, Im]` (a last axis of 2): the derivatives with respect to the real and
+imaginary parts, each against its own finite differences. (`jax.grad` of a real `fn`
+at a complex `z` returns `df/dRe z - i df/dIm z`; the view reads them off directly.)
 
 **Finite differences.** Each entry `x_i` of a leaf is stepped by
 `h_k = 2^k · eps^(1/3) · max(|x_i|, s)` for `k = order, …, 0`, where `eps` is the
@@ -131,7 +134,7 @@ def check_grads(
     Raises:
         ValueError: for bad `argnums`, `mode`, `ad`, `order`, `num_directions` or a
             `cotangent` not shaped like the output, or nothing to differentiate.
-        TypeError: for complex leaves, or a non-floating output.
+        TypeError: for a non-floating output.
     """
     _check_options(mode, ad, order, num_directions)
     rng = _rng(key)  # draws the cotangent (if any), then the directions

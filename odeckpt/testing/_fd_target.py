@@ -16,13 +16,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from odeckpt._core import from_real_view, is_complex, real_view
+
 
 @dataclasses.dataclass(frozen=True)
 class Target:
     """`fn` as a scalar function of the differentiated leaves.
 
     Attributes:
-        leaves: the floating array leaves of `args[argnums]`, in flattening order.
+        leaves: the floating array leaves of `args[argnums]`, in flattening order; a
+            complex leaf as its real view `[Re, Im]` (a last axis of 2), so that the
+            real and imaginary parts are each checked against finite differences.
         paths: their paths, e.g. `args[1]['w']`.
         scalar_fn: `leaves -> scalar`, the other leaves and arguments held fixed.
         out_eps: machine epsilon of the output's (coarsest) dtype.
@@ -59,13 +63,13 @@ def make_target(fn: Callable, args: tuple, argnums: Any, cotangent: Any, rng) ->
             "floating-point array leaves (Python floats and integer arrays are left "
             "alone, as in `eqx.filter_grad`); pass `jnp.asarray(x, float)`."
         )
-    if any(jnp.issubdtype(x.dtype, jnp.complexfloating) for x in leaves):
-        raise TypeError(
-            "`check_grads` does not support complex leaves; split them into real parts."
-        )
+    complex_like = [x if is_complex(x) else None for x in leaves]
+    leaves = [real_view(x) for x in leaves]
     counts = [len(leaf_paths) for leaf_paths, _ in flat]
 
     def call(leaves):
+        pairs = zip(leaves, complex_like, strict=True)
+        leaves = [x if z is None else from_real_view(x, z) for x, z in pairs]
         new_args, start = list(args), 0
         for i, (_, static), (_, treedef), n in zip(argnums, parts, flat, counts, strict=True):
             diff = jax.tree_util.tree_unflatten(treedef, leaves[start : start + n])

@@ -182,4 +182,5 @@ def anchor_distance(y_back: Y, y_forward: Y, rtol, atol) -> jax.Array:
         return jnp.where(jnp.isfinite(d) & jnp.all(jnp.isfinite(yb)), d, jnp.inf)
 
     pairs = zip(jax.tree.leaves(y_back), jax.tree.leaves(y_forward), strict=True)
-    return jnp.max(jnp.stack([leaf(yb, yf) for yb, yf in pairs]))
+    distances = [leaf(yb, yf) for yb, yf in pairs]
+    return jnp.max(jnp.stack(distances)) if distances else jnp.asarray(0.0)

@@ -163,16 +163,21 @@ def _too_stiff(ctx: SweepContext, sw: Sweep, step: AdjointStep, dt) -> jax.Array
     """
     if ctx.stiff_limit is None or step.probe is None:
         return jnp.asarray(False)
-    d_flow, d_slope = (
-        jnp.concatenate([jnp.ravel(x) for x in jax.tree.leaves(t)]) for t in step.probe
-    )
+    d_flow, d_slope = (_moduli(t) for t in step.probe)
     size = jnp.sqrt(jnp.sum(d_flow**2))
     # dt may be float64 against a float32 state: cast as standard promotion does
     rho_h = jnp.multiply(*promoted(dt, jnp.sqrt(jnp.sum(d_slope**2))))
     rho_h = jnp.divide(*promoted(rho_h, jnp.where(size > 0, size, 1.0)))
-    scale = jnp.max(jnp.stack([jnp.max(jnp.abs(x)) for x in jax.tree.leaves(sw.flow)]))
-    visible = jnp.max(jnp.abs(d_flow)) > ctx.atol + ctx.rtol * scale
+    scale = jnp.max(_moduli(sw.flow), initial=0.0)
+    visible = jnp.max(d_flow, initial=0.0) > ctx.atol + ctx.rtol * scale
     return (rho_h > ctx.stiff_limit) & visible & (dt > 1e-12 * jnp.maximum(jnp.abs(sw.tau), 1))
+
+
+def _moduli(tree) -> jax.Array:
+    """`|x|` of every element of every leaf of `tree` (real or complex), as one vector
+    (empty for a state without elements)."""
+    leaves = [jnp.ravel(jnp.abs(x)) for x in jax.tree.leaves(tree)]
+    return jnp.concatenate(leaves) if leaves else jnp.zeros((0,))
 
 
 def _grid_iteration(ctx: SweepContext, field: AdjointField, sw: Sweep, lo) -> Sweep:
