@@ -641,7 +641,8 @@ def odeckpt_outcomes(results: dict, by_file: dict, reference: dict) -> dict[str,
             if outcome["outcome"] == "failed" and ref.get(test_id, "").startswith("failed"):
                 reason = f"{outcome['reason']}; with diffrax: {ref[test_id]}"
                 outcome.update(category="fails with diffrax too", reason=reason)
-            note = note_for(test_id) if outcome["outcome"] == "failed" else None
+            ran = outcome["outcome"] == "failed" and "does not import" not in outcome["reason"]
+            note = note_for(test_id) if ran else None
             if note:
                 outcome.update(category=note[0], reason=note[1])
             outcomes[test_id] = outcome
