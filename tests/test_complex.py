@@ -73,7 +73,7 @@ def _real(dtype):
 
 def _bound(solver, dtype, h=0.05):
     """The global error of constant steps `h`: `h^order`, or rounding (100 eps)."""
-    return max(h**solver.order, 100 * float(jnp.finfo(dtype).eps))
+    return max(h ** solver.order(oc.ODETerm(schrodinger)), 100 * float(jnp.finfo(dtype).eps))
 
 
 SOLVER_CASES = [
@@ -110,7 +110,7 @@ def test_every_solver_against_closed_form(name, field, dtype):
 def test_stiff_solvers_use_the_real_jacobian_of_a_nonholomorphic_field(name):
     sol = oc.diffeqsolve(phase, SOLVERS[name](), 0.0, T1, 0.01, jnp.asarray(Y0), 2.0)
     error = np.max(np.abs(np.asarray(sol.ys[-1]) - phase_exact(Y0, 2.0, T1)))
-    assert error <= 10 * 0.01 ** SOLVERS[name]().order, error
+    assert error <= 10 * 0.01 ** SOLVERS[name]().order(oc.ODETerm(schrodinger)), error
 
 
 def _mixed_field(t, y, args):
@@ -234,7 +234,7 @@ SAVEATS = {
 @pytest.mark.parametrize("saveat", SAVEATS.values(), ids=SAVEATS.keys())
 def test_every_output_against_closed_form(saveat, direction):
     t0, t1 = (0.0, T1) if direction > 0 else (T1, 0.0)
-    if saveat.ts is not None and direction < 0:
+    if saveat.subs is not None and saveat.subs.ts is not None and direction < 0:
         saveat = oc.SaveAt(ts=TS[::-1])
     y0 = schrodinger_exact(Y0, ARGS, t0)
     sol = oc.diffeqsolve(
@@ -253,7 +253,7 @@ def test_every_output_against_closed_form(saveat, direction):
         times = np.linspace(t0, t1, 7)
         ys = np.stack([np.asarray(sol.evaluate(t)) for t in times])
     else:
-        n = int(sol.stats["num_accepted_steps"]) if saveat.steps else len(sol.ts)
+        n = int(sol.stats["num_accepted_steps"]) if saveat.subs.steps else len(sol.ts)
         times, ys = np.asarray(sol.ts[:n]), np.asarray(sol.ys[:n])
     expected = np.stack([schrodinger_exact(Y0, ARGS, t) for t in times])
     assert ys.dtype == np.complex128
@@ -269,7 +269,7 @@ def _loss(adjoint, saveat, t0=0.0, t1=T1):
     # `SaveAt(steps=True)` saves at the step times, which finite differences would see
     # move with an adaptive controller (whose decisions are not differentiated).
     controller, dt0 = (
-        (oc.ConstantStepSize(), 0.1 * np.sign(t1 - t0)) if saveat.steps else (PID, None)
+        (oc.ConstantStepSize(), 0.1 * np.sign(t1 - t0)) if saveat.subs.steps else (PID, None)
     )
 
     @jax.jit
@@ -323,7 +323,7 @@ def test_gradients_against_finite_differences(adjoint, saveat, direction):
     # complex leaves as [Re, Im] against finite differences of each part.
     t0, t1 = (0.0, T1) if direction == "forward" else (T1, 0.0)
     out = SAVEATS[saveat]
-    if out.ts is not None and direction == "backward":
+    if out.subs.ts is not None and direction == "backward":
         out = oc.SaveAt(ts=TS[::-1])
     loss = _loss(ADJOINTS[adjoint], out, t0, t1)
     ad = "forward" if adjoint == "forward_mode" else "reverse"
@@ -406,7 +406,9 @@ def test_first_step_uses_the_modulus():
     d0, d1 = norm(y0), norm(f0)
     h0 = 1e-6 if min(d0, d1) < 1e-5 else 0.01 * d0 / d1
     d2 = norm(f(h0, y0 + h0 * f0) - f0) / h0
-    expected = min(100 * h0, (0.01 / max(d1, d2)) ** (1 / oc.Tsit5().error_order))
+    expected = min(
+        100 * h0, (0.01 / max(d1, d2)) ** (1 / oc.Tsit5().error_order(oc.ODETerm(schrodinger)))
+    )
     controller = oc.PIDController(rtol=rtol, atol=atol)
     sol = oc.diffeqsolve(
         phase,

@@ -199,9 +199,9 @@ def _expected_grad(y0, saveat, a):
     y = np.sum([np.sum(x) for x in jax.tree.leaves(y0)])
     times = (
         np.array([0.0, 1.0])
-        if saveat.t0
+        if saveat.subs.t0
         else TS
-        if saveat.ts is not None
+        if saveat.subs.ts is not None
         else np.arange(1, 11) / 10
     )
     return 2 * a + np.sum(-times * y * np.exp(-a * times))
