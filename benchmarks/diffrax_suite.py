@@ -37,6 +37,7 @@ import ast
 import concurrent.futures
 import datetime
 import fnmatch
+import importlib
 import json
 import os
 import platform
@@ -298,7 +299,9 @@ def rename_module_source(missing: tuple[str, ...] = ()) -> str:
     ]
     lines += [f"from odeckpt import {new} as {old}" for old, new in RENAMES.items()]
     lines += ["", "", "class OutOfScope:", '    """SDE, Brownian-path and CDE names."""', ""]
-    lines += [f"{name} = OutOfScope" for name in OUT_OF_SCOPE_NAMES]
+    # odeckpt's own classes of these names (e.g. the solver markers) take precedence.
+    exported = set(vars(importlib.import_module("odeckpt")))
+    lines += [f"{name} = OutOfScope" for name in OUT_OF_SCOPE_NAMES if name not in exported]
     if missing:
         lines += ["", "", "class Missing:", '    """diffrax names odeckpt lacks."""', ""]
         lines += ["    def __init__(self, *args, **kwargs):", "        pass", ""]
