@@ -230,7 +230,7 @@ def test_jumps_cost_fewer_steps_and_steps_stop_just_before():
     clipped = _solve(*p, inner=oc.PIDController(rtol=1e-6, atol=1e-6), saveat=saveat)
     plain = oc.diffeqsolve(_field, oc.Tsit5(), 0.0, T_END, None, p[0], (*p[1:], JUMPS),
                            stepsize_controller=oc.PIDController(rtol=1e-6, atol=1e-6))  # fmt: skip
-    assert clipped.stats["num_steps"] < plain.stats["num_steps"] / 2
+    assert 2 * int(clipped.stats["num_steps"]) < int(plain.stats["num_steps"])
     for j in JUMPS:
         assert np.nextafter(j, -np.inf) in np.asarray(clipped.ts)
 

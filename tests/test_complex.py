@@ -39,7 +39,7 @@ def schrodinger_exact(y0, args, t):
 
 def phase(t, y, args):
     """Not holomorphic (`|y|^2 = y conj(y)`): `y(t) = y0 exp(i a |y0|^2 t)`."""
-    return 1j * args * (jnp.abs(y) ** 2).astype(y.dtype) * y
+    return 1j * jnp.asarray(args).astype(y.dtype) * (jnp.abs(y) ** 2).astype(y.dtype) * y
 
 
 def phase_exact(y0, args, t):
@@ -115,7 +115,7 @@ def test_stiff_solvers_use_the_real_jacobian_of_a_nonholomorphic_field(name):
 
 def _mixed_field(t, y, args):
     z, r = y["z"], y["r"]
-    dz = -1j * r[0] * z + 0.3 * jnp.conj(z[::-1]) * jnp.sin(t).astype(z.dtype)
+    dz = -1j * r[0].astype(z.dtype) * z + 0.3 * jnp.conj(z[::-1]) * jnp.sin(t).astype(z.dtype)
     dr = -args * jnp.sum(jnp.abs(z) ** 2, keepdims=True) * r
     return {"z": dz, "r": dr}
 
@@ -264,7 +264,7 @@ def _loss(adjoint, saveat, t0=0.0, t1=T1):
     """A real loss of a non-holomorphic solve, of complex `y0` and complex `args`."""
 
     def field(t, y, args):
-        return -1j * args * (jnp.asarray(H) @ y) + 0.3 * jnp.conj(y) * jnp.sin(t)
+        return -1j * args * (jnp.asarray(H) @ y) + 0.3 * jnp.conj(y) * jnp.sin(t).astype(y.dtype)
 
     # `SaveAt(steps=True)` saves at the step times, which finite differences would see
     # move with an adaptive controller (whose decisions are not differentiated).
@@ -288,7 +288,7 @@ def _loss(adjoint, saveat, t0=0.0, t1=T1):
             max_steps=64,
         )
         ys = jnp.where(jnp.isfinite(sol.ys), sol.ys, 0)  # `steps`: rows past the last
-        return jnp.sum(jnp.abs(ys) ** 2 * jnp.arange(1, 3)[None]) + jnp.sum(ys.real * ys.imag)
+        return jnp.sum(jnp.abs(ys) ** 2 * jnp.arange(1.0, 3.0)[None]) + jnp.sum(ys.real * ys.imag)
 
     return loss
 

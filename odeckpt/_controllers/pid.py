@@ -124,7 +124,8 @@ class PIDController(AbstractLoopController, AbstractAdaptiveStepSizeController, 
 
     def _scale(self, y0, y1, err):
         y1 = jnp.where(jnp.isnan(y1), y0, y1)
-        return err / (self.atol + jnp.maximum(jnp.abs(y0), jnp.abs(y1)) * self.rtol)
+        scale = self.atol + jnp.maximum(jnp.abs(y0), jnp.abs(y1)) * self.rtol
+        return err / scale.astype(err.dtype)  # real scale, complex err: as promotion would
 
     def _clip(self, dt, state, factor):
         result = jnp.asarray(RESULTS.successful)
@@ -167,13 +168,13 @@ def _select_initial_step(controller, error_order, term, t0, y0, args):
     y0, norm = sg(y0), controller.norm
     f0 = sg(term.vf(t0, y0, args))
     scale = jax.tree.map(lambda y: controller.atol + jnp.abs(y) * controller.rtol, y0)
-    d0 = norm(jax.tree.map(lambda y, s: y / s, y0, scale))
-    d1 = norm(jax.tree.map(lambda f, s: f / s, f0, scale))
+    d0 = norm(jax.tree.map(lambda y, s: y / s.astype(y.dtype), y0, scale))
+    d1 = norm(jax.tree.map(lambda f, s: f / s.astype(f.dtype), f0, scale))
     small = (d0 < 1e-5) | (d1 < 1e-5)
     h0 = jnp.where(small, 1e-6, 0.01 * (d0 / jnp.where(small, 1, d1)))
     y1 = jax.tree.map(lambda y, f: y + h0.astype(y.dtype) * f, y0, f0)
     f1 = sg(term.vf(jnp.add(*promoted(t0, h0)), y1, args))
-    d2 = norm(jax.tree.map(lambda a, b, s: (a - b) / s, f1, f0, scale)) / h0
+    d2 = norm(jax.tree.map(lambda a, b, s: (a - b) / s.astype(a.dtype), f1, f0, scale)) / h0
     max_d = jnp.maximum(d1, d2)
     h1 = jnp.where(
         max_d <= 1e-15, jnp.maximum(1e-6, h0 * 1e-3), (0.01 / max_d) ** (1 / error_order)
