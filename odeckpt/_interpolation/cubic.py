@@ -41,11 +41,6 @@ class CubicInterpolation(AbstractPiecewise):
         d, c, b, a = (jax.tree.map(jnp.asarray, x) for x in coeffs)
         self.coeffs = (d, c, b, a)
 
-    @property
-    def ts_size(self) -> int:  # pyright: ignore[reportIncompatibleVariableOverride]
-        """The number of knots."""
-        return self.ts.shape[0]
-
     @eqx.filter_jit
     def _value(self, t: jax.Array, left: bool) -> PyTree[jax.Array]:
         """The path at `t` (see `evaluate`)."""

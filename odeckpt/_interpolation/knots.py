@@ -44,6 +44,11 @@ class AbstractPiecewise(AbstractGlobalInterpolation):
     kind of query: `_value` and `_slope` at an array time (so that a new time, a Python
     number included, never recompiles them)."""
 
+    @property
+    def ts_size(self) -> int:  # pyright: ignore[reportIncompatibleVariableOverride]
+        """The number of knots."""
+        return self.ts.shape[0]
+
     def evaluate(
         self, t0: RealScalarLike, t1: RealScalarLike | None = None, left: bool = True
     ) -> PyTree[jax.Array]:

@@ -43,11 +43,6 @@ class LinearInterpolation(AbstractPiecewise):
         self.ys = jax.tree.map(jnp.asarray, ys)
         leading_length(self.ys, self.ts.shape[0], "LinearInterpolation(ts, ys)", "ys")
 
-    @property
-    def ts_size(self) -> int:  # pyright: ignore[reportIncompatibleVariableOverride]
-        """The number of knots."""
-        return self.ts.shape[0]
-
     @eqx.filter_jit
     def _value(self, t: jax.Array, left: bool) -> PyTree[jax.Array]:
         """The path at `t` (see `evaluate`)."""
