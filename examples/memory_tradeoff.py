@@ -80,7 +80,7 @@ def fisher_kpp(t, u, args):
 def initial_field(points: int):
     """Eight bumps of height 1/2: each grows into two fronts travelling at `2 sqrt(D r)`."""
     x = jnp.arange(points, dtype=float)
-    centres = (jnp.arange(8) + 0.5) * points / 8
+    centres = (jnp.arange(8, dtype=x.dtype) + 0.5) * points / 8
     width = points / 128
     return 0.5 * jnp.sum(jnp.exp(-(((x[None, :] - centres[:, None]) / width) ** 2)), axis=0)
 

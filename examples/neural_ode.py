@@ -182,8 +182,8 @@ class Trainer(eqx.Module):
         """Mean squared error over the observations up to `horizon`; and the solver steps."""
         pred, steps = jax.vmap(self.predict, (None, 0, None, None))(model, ys[:, 0], ts, horizon)
         seen = (ts <= horizon)[None, :, None]
-        count = jnp.sum(seen) * ys.shape[0] * ys.shape[2]
-        return jnp.sum(seen * (pred - ys) ** 2) / count, steps
+        count = jnp.sum(seen, dtype=ys.dtype) * ys.shape[0] * ys.shape[2]
+        return jnp.sum(jnp.where(seen, (pred - ys) ** 2, 0.0)) / count, steps
 
     @eqx.filter_jit
     def step(self, model, opt_state, ys, ts, horizon):
@@ -191,8 +191,11 @@ class Trainer(eqx.Module):
         grad_fn = eqx.filter_value_and_grad(self.loss, has_aux=True)
         (loss, steps), grads = grad_fn(model, ys, ts, horizon)
         params = eqx.filter(model, eqx.is_inexact_array)
-        updates, opt_state = self.optimiser.update(grads, opt_state, params)
-        return eqx.apply_updates(model, updates), opt_state, loss, jnp.mean(steps)
+        # optax's Adam mixes its int32 step count with floats, which strict dtype
+        # promotion refuses: its update runs under standard promotion.
+        with jax.numpy_dtype_promotion("standard"):
+            updates, opt_state = self.optimiser.update(grads, opt_state, params)
+        return eqx.apply_updates(model, updates), opt_state, loss, jnp.mean(steps, dtype=loss.dtype)
 
 
 def horizon_at(step: int, total: int, curriculum: float) -> float:

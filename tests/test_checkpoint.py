@@ -33,7 +33,7 @@ def _loss(adjoint, saveat, vf=_linear, args=A, controller=None, dt0=0.05, t1=3.0
             vf, oc.Tsit5(), 0.0, t1, dt0, y0, args=args, saveat=saveat,
             stepsize_controller=controller, adjoint=adjoint, max_steps=256,
         )  # fmt: skip
-        weights = jnp.arange(1, sol.ys.shape[0] + 1, dtype=float)[:, None]
+        weights = jnp.arange(1, sol.ys.shape[0] + 1, dtype=sol.ys.dtype)[:, None]
         return jnp.sum(jnp.where(jnp.isfinite(sol.ys), sol.ys, 0.0) ** 2 * weights)
 
     return jax.jit(jax.grad(loss, argnums=(0, 1)))
@@ -266,7 +266,8 @@ def _state0(y0):
     from odeckpt._controllers import UniformSteps
     from odeckpt._integrator import Integrator, Problem
 
-    steps = UniformSteps(jnp.asarray(0.0), jnp.asarray(1.0), jnp.asarray(10))  # dt0 = 0.1
+    n = jnp.asarray(10, jnp.int32)  # dt0 = 0.1
+    steps = UniformSteps(jnp.asarray(0.0), jnp.asarray(1.0), n)
     problem = Problem(oc.ODETerm(lambda t, y, a: -y), None, steps,
                       jnp.asarray(1.0), jnp.asarray(1.0), ())  # fmt: skip
     return Integrator(oc.Tsit5(), max_steps=4096, saves=(), save_dense=False).init(

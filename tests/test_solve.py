@@ -378,8 +378,10 @@ def test_python_int_in_args_under_grad_allow_int(adjoint):
     diffrax's tests do): `n`'s cotangent is float0, `k`'s the closed form."""
 
     def loss(args):
-        sol = oc.diffeqsolve(lambda t, y, a: -a[0] * a[1] * y, oc.Tsit5(), 0.0, 1.0, 0.01,
-                             jnp.ones(2), args, adjoint=adjoint)  # fmt: skip
+        # `n` arrives as an int64 array (`jax.grad` converts it): cast it explicitly.
+        field = lambda t, y, a: -a[0] * jnp.asarray(a[1], y.dtype) * y  # noqa: E731
+        sol = oc.diffeqsolve(field, oc.Tsit5(), 0.0, 1.0, 0.01, jnp.ones(2), args,
+                             adjoint=adjoint)  # fmt: skip
         return jnp.sum(sol.ys)
 
     dk, dn = jax.grad(loss, allow_int=True)((2.0, 3))
