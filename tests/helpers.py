@@ -16,6 +16,7 @@ Use:
 
 import dataclasses
 import functools
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -24,8 +25,11 @@ import jax.flatten_util
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
+import pytest
 import scipy.integrate
 import scipy.linalg
+
+import odeckpt as oc
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -534,3 +538,22 @@ def forward_sensitivities(
         zs[:, n + n * n :].reshape(m, n, p),
         unravel,
     )
+
+
+# The adjoints every gradient matrix runs, by the names the test ids use.
+ADJOINTS = {
+    "checkpoint": oc.CheckpointAdjoint(),
+    "checkpoint_3": oc.CheckpointAdjoint(checkpoints=3),
+    "backsolve": oc.BacksolveAdjoint(),
+    "interpolating": oc.InterpolatingAdjoint(),
+    "forward_mode": oc.ForwardMode(),
+}
+
+
+def sampled_matrix(fast: set[tuple[str, ...]], **axes) -> list:
+    """The product of `axes` (name -> case names) as pytest params with ids `a-b-c`:
+    the combinations in `fast` run by default, the rest are marked `slow`."""
+    return [
+        pytest.param(*case, id="-".join(case), marks=() if case in fast else pytest.mark.slow)
+        for case in itertools.product(*axes.values())
+    ]

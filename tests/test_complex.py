@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import scipy.integrate
 import scipy.linalg
+from helpers import ADJOINTS, sampled_matrix
 
 import odeckpt as oc
 from odeckpt._controllers import rms_norm
@@ -293,13 +294,6 @@ def _loss(adjoint, saveat, t0=0.0, t1=T1):
     return loss
 
 
-ADJOINTS = {
-    "checkpoint": oc.CheckpointAdjoint(),
-    "checkpoint_3": oc.CheckpointAdjoint(checkpoints=3),
-    "backsolve": oc.BacksolveAdjoint(),
-    "interpolating": oc.InterpolatingAdjoint(),
-    "forward_mode": oc.ForwardMode(),
-}
 FAST_GRADS = {
     ("checkpoint", "ts", "forward"),
     ("checkpoint_3", "steps", "backward"),
@@ -307,14 +301,9 @@ FAST_GRADS = {
     ("interpolating", "ts", "forward"),
     ("forward_mode", "t0-t1", "forward"),
 }
-GRAD_CASES = [
-    pytest.param(
-        a, s, d, id=f"{a}-{s}-{d}", marks=() if (a, s, d) in FAST_GRADS else pytest.mark.slow
-    )
-    for a in ADJOINTS
-    for s in ("t0-t1", "ts", "steps")
-    for d in ("forward", "backward")
-]
+GRAD_CASES = sampled_matrix(
+    FAST_GRADS, adjoint=ADJOINTS, saveat=("t0-t1", "ts", "steps"), direction=("forward", "backward")
+)
 
 
 @pytest.mark.parametrize("adjoint, saveat, direction", GRAD_CASES)

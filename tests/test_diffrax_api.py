@@ -332,6 +332,8 @@ def test_results_have_diffrax_members():
     assert oc.RESULTS.nonlinear_divergence == oc.RESULTS.implicit_solve_failed
     assert isinstance(oc.RESULTS[oc.RESULTS.max_steps_reached], str)
     assert oc.RESULTS["max_steps_reached"] is oc.RESULTS.max_steps_reached
+    assert oc.RESULTS.successful._value == diffrax.RESULTS.successful._value == 0
+    assert oc.RESULTS.max_steps_reached._value == int(oc.RESULTS.max_steps_reached) == 1
 
 
 def test_results_compare_and_look_up_messages():

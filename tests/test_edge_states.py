@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import ADJOINTS, sampled_matrix
 
 import odeckpt as oc
 from odeckpt._controllers import rms_norm
@@ -158,13 +159,6 @@ def test_first_step_heuristic_of_an_empty_state():
     )
 
 
-ADJOINTS = {
-    "checkpoint": oc.CheckpointAdjoint(),
-    "checkpoint_3": oc.CheckpointAdjoint(checkpoints=3),
-    "backsolve": oc.BacksolveAdjoint(),
-    "interpolating": oc.InterpolatingAdjoint(),
-    "forward_mode": oc.ForwardMode(),
-}
 SAVEATS = {
     "t0-t1": oc.SaveAt(t0=True, t1=True),
     "ts": oc.SaveAt(ts=TS),
@@ -213,14 +207,7 @@ FAST_GRADS = {
     ("mixed", "checkpoint_3", "t0-t1"),
     ("mixed", "forward_mode", "ts"),
 }
-GRAD_CASES = [
-    pytest.param(
-        y, a, s, id=f"{y}-{a}-{s}", marks=() if (y, a, s) in FAST_GRADS else pytest.mark.slow
-    )
-    for y in EDGE
-    for a in ADJOINTS
-    for s in SAVEATS
-]
+GRAD_CASES = sampled_matrix(FAST_GRADS, y0=EDGE, adjoint=ADJOINTS, saveat=SAVEATS)
 
 
 @pytest.mark.parametrize("y0, adjoint, saveat", GRAD_CASES)

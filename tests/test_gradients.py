@@ -53,6 +53,7 @@ import numpy as np
 import pytest
 import scipy.linalg
 from helpers import (
+    ADJOINTS,
     CLOSED_FORM,
     DAMPED,
     HARMONIC,
@@ -73,13 +74,6 @@ CONTROLLER = oc.PIDController(rtol=TOL, atol=TOL)
 DTO_BOUND = 10.0  # discretise-then-optimise, in units of TOL
 CONTINUOUS_BOUND = 100.0
 
-ADJOINTS = {
-    "checkpoint": oc.CheckpointAdjoint(),
-    "checkpoint4": oc.CheckpointAdjoint(checkpoints=4),
-    "backsolve": oc.BacksolveAdjoint(),
-    "interpolating": oc.InterpolatingAdjoint(),
-    "forward": oc.ForwardMode(),
-}
 SOLVERS = {"bosh3": oc.Bosh3(), "tsit5": oc.Tsit5(), "dopri5": oc.Dopri5(), "dopri8": oc.Dopri8()}
 MAX_STEPS = {"bosh3": 8192, "tsit5": 1024, "dopri5": 1024, "dopri8": 1024}
 SAVES = ("t1", "ts", "steps")
@@ -227,9 +221,9 @@ def test_closed_form_references_agree_with_forward_sensitivities(problem):
 # ----------------------------------------------------------------------------------
 # The gradient with respect to t1: dL/dt1 = w . f(t1, y(t1))
 
-DTO = ("checkpoint", "checkpoint4", "forward")
+DTO = ("checkpoint", "checkpoint_3", "forward_mode")
 CONTINUOUS = ("backsolve", "interpolating")
-T1_DEFAULT = {("harmonic", "checkpoint"), ("damped", "forward")}
+T1_DEFAULT = {("harmonic", "checkpoint"), ("damped", "forward_mode")}
 
 
 @pytest.mark.parametrize(

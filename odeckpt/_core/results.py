@@ -65,6 +65,11 @@ class RESULTS(enum.IntEnum, metaclass=_Lookup):
     def message(self) -> str:
         return _MESSAGES[self]
 
+    @property
+    def _value(self) -> int:
+        """The code as a Python int, as diffrax's `RESULTS.successful._value`."""
+        return int(self)
+
     @classmethod
     def where(cls, pred, a, b) -> Array:
         """`a` where `pred` holds, else `b` (codes, as `jnp.where`), as diffrax's."""
