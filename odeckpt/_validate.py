@@ -20,7 +20,7 @@ import numpy as np
 
 from odeckpt._adjoints import AbstractAdjoint
 from odeckpt._controllers import AbstractStepSizeController
-from odeckpt._core import concrete
+from odeckpt._core import concrete, real_dtype
 from odeckpt._solvers import AbstractAdaptiveSolver, AbstractSolver
 
 from ._saveat import SaveAt, SubSaveAt, sub_saves
@@ -43,7 +43,7 @@ def floating_state(y0, time_dtype):
                 f"`y0` must hold floating (or integer) arrays; leaf {name} has dtype "
                 f"{x.dtype}. Convert it, e.g. `jnp.asarray(y0, dtype=float)`."
             )
-    reals = sorted({str(_real_dtype(x.dtype)) for x in arrays if not _is_integer(x)})
+    reals = sorted({str(real_dtype(x.dtype)) for x in arrays if not _is_integer(x)})
     if len(reals) > 1:
         dtypes = sorted({str(x.dtype) for x in arrays if not _is_integer(x)})
         raise TypeError(
@@ -53,11 +53,6 @@ def floating_state(y0, time_dtype):
     dtype = reals[0] if reals else time_dtype
     arrays = [x.astype(dtype) if _is_integer(x) else x for x in arrays]
     return jax.tree.unflatten(treedef, arrays)
-
-
-def _real_dtype(dtype):
-    """The real dtype of a floating dtype: float32 for complex64, itself for a real one."""
-    return jnp.finfo(dtype).dtype
 
 
 def _is_integer(x) -> bool:

@@ -21,7 +21,11 @@ from .batching import (
 from .concrete import concrete as concrete
 from .custom_types import Args as Args, RealScalarLike as RealScalarLike, Y as Y
 from .pack import Packed as Packed, pack as pack, unpack as unpack
-from .promotion import promoted as promoted, promoted_dtype as promoted_dtype
+from .promotion import (
+    promoted as promoted,
+    promoted_dtype as promoted_dtype,
+    real_dtype as real_dtype,
+)
 from .results import (
     RESULTS as RESULTS,
     failure_index as failure_index,

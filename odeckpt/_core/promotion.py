@@ -24,3 +24,9 @@ def promoted(*values) -> tuple[jax.Array, ...]:
     dtype = promoted_dtype(*values)
     arrays = [jnp.asarray(v) for v in values]
     return tuple(a if a.dtype == dtype else a.astype(dtype) for a in arrays)
+
+
+def real_dtype(dtype) -> jnp.dtype:
+    """The real dtype of a floating dtype: float32 for complex64, itself for a real one
+    (the dtype of norms, distances and tolerances measured on such values)."""
+    return jnp.finfo(dtype).dtype

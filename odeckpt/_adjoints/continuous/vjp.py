@@ -23,7 +23,7 @@ from jaxtyping import PyTree
 
 from odeckpt._checkpointing import LoopOutput, forward_loop
 from odeckpt._controllers import ControllerState
-from odeckpt._core import RESULTS, Y, all_finite, as_arrays, materialize, tree_add
+from odeckpt._core import RESULTS, Y, all_finite, as_arrays, materialize, real_dtype, tree_add
 from odeckpt._integrator import Integrator, Problem, State
 from odeckpt._solvers import AbstractExplicitSolver, AbstractSolver
 
@@ -175,12 +175,6 @@ def _output_cotangents(grad_obj, fwd: ForwardPass, name: str) -> OutputCotangent
     )
 
 
-def _real_dtype(y: Y):
-    """The real dtype of the state's first leaf (`float64` for `complex128`): the dtype of
-    distances and tolerances measured on it."""
-    return jnp.finfo(jax.tree.leaves(y)[0].dtype).dtype
-
-
 def _anchor_tolerances(problem: Problem, dtype):
     """The forward controller's `(rtol, atol)` when it is adaptive and has them, else
     `DEFAULT_TOLERANCE` for each."""
@@ -202,7 +196,7 @@ def _context(adjoint, solver, fwd: ForwardPass, saved: SavedPullback, max_steps:
         marks.append(Marks(tape.grid, jnp.asarray(0, jnp.int32), n + 1))
     if (jumps := _jump_marks(fwd.problem)) is not None:
         marks.append(jumps)
-    dtype = _real_dtype(fwd.state0.y)
+    dtype = real_dtype(jax.tree.leaves(fwd.state0.y)[0].dtype)
     rtol, atol = _anchor_tolerances(fwd.problem, dtype)
     return SweepContext(
         tableau=solver.tableau,
@@ -257,7 +251,7 @@ def _initial_sweep(adjoint, ctx, field: AdjointField, fwd: ForwardPass, cts: Out
         pointers=tuple(m.hi for m in ctx.marks),
         dt=jnp.where(last_dt > 0, last_dt, 1.0).astype(final.t.dtype),
         controller=ControllerState.initial(final.t.dtype),
-        worst=jnp.zeros((), _real_dtype(final.y)),
+        worst=jnp.zeros((), real_dtype(jax.tree.leaves(final.y)[0].dtype)),
         num_steps=zero,
         result=jnp.asarray(RESULTS.successful, jnp.int32),
     )
