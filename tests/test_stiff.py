@@ -456,7 +456,7 @@ def test_forward_mode_matches_reverse_mode(name):
 
 @slow
 @pytest.mark.parametrize("adjoint", ["backsolve", "interpolating"])
-@pytest.mark.parametrize("name", ["Rodas5P", "Kvaerno5"])
+@pytest.mark.parametrize("name", ["Rodas5P", "Kvaerno4", "Kvaerno5"])
 def test_continuous_adjoints_with_an_explicit_adjoint_solver(name, adjoint):
     """The continuous adjoints integrate the adjoint ODE with an explicit method."""
     solver, mu = SOLVERS[name][0], jnp.asarray(5.0)
