@@ -38,8 +38,8 @@ def fitted_order(hs, errors) -> float:
 
 def forced(t, y, args):
     """`y' = -k y + sin(w t)` per component (closed form in `forced_exact`)."""
-    k, w = args
-    return -k * y + jnp.sin(w * t).astype(y.dtype)
+    k, w = (jnp.asarray(x).astype(y.dtype) for x in args)
+    return -k * y + jnp.sin(w * jnp.asarray(t).astype(y.dtype))
 
 
 def forced_exact(t, y0, k, w):
@@ -99,6 +99,7 @@ def test_error_estimate_is_the_local_error():
     np.testing.assert_allclose(np.asarray(out.y_error) / actual, 1.0, atol=10 * h)
 
 
+@slow
 def test_error_estimate_drives_the_controller():
     """With `PIDController` the step follows `sqrt(tol)` (the estimate is `O(h^2)`), so
     10x tighter tolerances take about sqrt(10)x more steps and give sqrt(10)x smaller
@@ -234,6 +235,7 @@ def test_continuous_adjoints_converge_to_the_exact_gradient(cls):
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-2, atol=2e-3), grad, exact)
 
 
+@slow
 def test_vmap_matches_separate_solves():
     y0s = jnp.array([[1.0, -0.5], [0.2, 3.0], [-1.0, 0.0]])
     solve = lambda y0: oc.diffeqsolve(forced, SOLVER, 0.0, 1.0, 0.1, y0, ARGS).ys[0]  # noqa: E731
@@ -251,7 +253,7 @@ def test_float32_state():
     args = (jnp.float32(1.3), jnp.float32(2.0))
     sol = oc.diffeqsolve(forced, SOLVER, 0.0, 2.0, 0.01, y0, args)
     assert sol.ys.dtype == jnp.float32
-    exact = forced_exact(2.0, Y0, 1.3, 2.0)
+    exact = np.asarray(forced_exact(2.0, Y0, 1.3, 2.0))
     assert np.max(np.abs(np.asarray(sol.ys[0]) - exact)) < 1e-2  # order 1, h = 0.01
 
 
@@ -305,6 +307,7 @@ def test_pytree_state_matches_flat_state():
 # Newton failure and the constructor
 
 
+@slow
 def test_newton_failure_rejects_the_step():
     """One iteration is too few for Van der Pol (mu = 1000) at a step of 0.5: adaptive
     steps shrink until it converges; constant steps end the solve."""

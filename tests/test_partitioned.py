@@ -178,6 +178,7 @@ def test_continuous_adjoints_converge_to_the_exact_gradient(cls):
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-2, atol=1e-2), grad, exact)
 
 
+@slow
 def test_vmap_over_initial_states():
     q0s = jnp.array([[1.0, 0.3], [0.0, 2.0], [-1.0, 0.5]])
 
@@ -202,6 +203,7 @@ def test_float32_state():
     assert np.max(np.abs(np.asarray(q[0]) - np.asarray(exact[0]))) < 0.05  # order 1, h = 0.01
 
 
+@slow
 def test_complex_state_against_the_closed_form():
     """Complex `q`, `p` (a linear field, so the closed form holds): order 1."""
     y0 = (jnp.array([1.0 + 0.5j]), jnp.array([-0.2j]))
@@ -224,6 +226,7 @@ def test_strict_promotion_with_complex64_and_float32():
     jax.tree.map(np.testing.assert_array_equal, strict, standard)
 
 
+@slow
 def test_pytree_halves():
     """`q` and `p` as dicts (a 2-D oscillator): the same numbers as the flat state."""
     to_tree = lambda x: {"x": x[0], "y": x[1]}  # noqa: E731

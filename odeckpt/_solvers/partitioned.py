@@ -60,8 +60,9 @@ class SemiImplicitEuler(AbstractSolver):
 
     @property
     def evals_per_step(self) -> int:
-        """One evaluation of each of the two terms."""
-        return 2
+        """1: one evaluation of each of the two terms, the cost of one evaluation of the
+        whole field (as `Euler`'s)."""
+        return 1
 
     def init(self, term, t0, y0, args):
         """Nothing is carried between steps: `()`."""
