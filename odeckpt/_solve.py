@@ -21,10 +21,11 @@ from odeckpt._solvers import AbstractSolver
 from ._progress import AbstractProgressMeter, progress_callback
 from ._saveat import SaveAt, SubSaveAt, save_y, sub_saves
 from ._solution import Solution, build_solution
-from ._terms import ODETerm, as_term, time_reversed
+from ._terms import as_term, time_reversed
 from ._validate import (
     check_inputs,
     check_save_fns,
+    check_terms,
     check_times,
     check_values,
     check_vector_field,
@@ -52,7 +53,10 @@ def diffeqsolve(
     """Solve `dy/dt = f(t, y, args)` from `t0` to `t1` (either direction).
 
     Args:
-        terms: an `ODETerm(f)` or a callable `f(t, y, args)` returning a PyTree like `y`.
+        terms: an `ODETerm(f)` or a callable `f(t, y, args)` returning a PyTree like `y`;
+            for a partitioned solver (`SemiImplicitEuler`), a tuple of two terms
+            `(ODETerm(f), ODETerm(g))` with `y0 = (q0, p0)`: `dq/dt = f(t, p, args)`,
+            `dp/dt = g(t, q, args)` (as the solver's `term_structure` says).
         solver: e.g. `Tsit5()`.
         t0, t1: the interval; `t1 < t0` integrates backwards in time.
         dt0: the first step (signed like `t1 - t0`), or `None` to choose it
@@ -78,12 +82,13 @@ def diffeqsolve(
             `throw=True`, if the solve fails (the message names why, and the time
             reached). See `docs/errors.md` for every case.
     """
+    check_inputs(solver, stepsize_controller, adjoint, saveat, max_steps, dt0)
+    check_terms(terms, solver, y0)
     term = as_term(terms)
     # Integers in `args` under `jax.grad(..., allow_int=True)` arrive as typed Python
     # scalars, which the loops' custom VJPs see as arrays: the vector field is traced
     # (closure-converted) with them as arrays too.
     args = as_arrays(args)
-    check_inputs(solver, stepsize_controller, adjoint, saveat, max_steps, dt0)
     subs = sub_saves(saveat)[0]
     ts = tuple(sub.ts for sub in subs if sub.ts is not None and sub.ts.shape[0] > 0)
     check_times(t0, t1, dt0, ts)
@@ -100,7 +105,7 @@ def diffeqsolve(
     t0, t1 = jnp.asarray(t0, tdtype), jnp.asarray(t1, tdtype)
     sign, term = _in_internal_time(term, direction, t0, t1, tdtype)
     tau0, tau1 = t0 * sign, t1 * sign
-    term = ODETerm(eqx.filter_closure_convert(term.vf, tau0, y0, args))
+    term = term.closure_converted(tau0, y0, args)
     dt0 = None if dt0 is None else jnp.asarray(dt0, tdtype) * sign
     controller = stepsize_controller.for_solve(tau0, tau1, dt0, sign)
     saves = tuple(_save_request(sub, sign, tau0, y0, args) for sub in subs)

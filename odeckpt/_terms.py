@@ -1,4 +1,5 @@
-"""Vector-field terms: `AbstractTerm`, `ODETerm`, `MultiTerm` (diffrax's interface)."""
+"""Vector-field terms: `AbstractTerm`, `ODETerm`, `MultiTerm` (diffrax's interface), and
+`PartitionedTerm`, the pair of terms of a partitioned solver as one vector field."""
 
 import abc
 from collections.abc import Callable
@@ -47,6 +48,21 @@ class AbstractTerm(eqx.Module, Generic[_VF, _Control]):
         """Whether `vf` costs more than `vf_prod` (never for an ODE term)."""
         del t0, t1, y, args
         return False
+
+    def parts(self) -> tuple["AbstractTerm", ...]:
+        """The terms a partitioned solver reads one by one (`SemiImplicitEuler`):
+        `(self,)` for a term that is one vector field."""
+        return (self,)
+
+    def reversed_in_time(self, direction: jax.Array) -> "AbstractTerm":
+        """This term in the reversed time `tau = direction * t` (`direction` +1 or -1):
+        `dy/dtau = direction * vf(direction * tau, y, args)`."""
+        return _TimeReversed(self, direction)
+
+    def closure_converted(self, t0, y0: Y, args: Args) -> "AbstractTerm":
+        """An `ODETerm` of `vf` closure-converted at `(t0, y0, args)`, so that the arrays
+        `vf` closes over are leaves the solve's derivatives reach (`diffeqsolve`)."""
+        return ODETerm(eqx.filter_closure_convert(self.vf, t0, y0, args))
 
 
 def _times(control, v: jax.Array) -> jax.Array:
@@ -106,8 +122,53 @@ class _TimeReversed(AbstractTerm):
         return jax.tree.map(lambda v: (self.direction * v).astype(v.dtype), out)
 
 
+class PartitionedTerm(AbstractTerm):
+    """The two terms of a partitioned system, `y = (q, p)`, as one vector field:
+    `dq/dt = term_q.vf(t, p, args)`, `dp/dt = term_p.vf(t, q, args)` (each term sees the
+    *other* half of the state, as diffrax's `SemiImplicitEuler` calls them).
+
+    `diffeqsolve((ODETerm(f), ODETerm(g)), SemiImplicitEuler(), ...)` builds it; `vf` is
+    the whole field `(t, (q, p)) -> (f(t, p), g(t, q))`, which everything but the
+    partitioned solver uses (the controllers' first step, the continuous adjoints'
+    backward ODE, `Solution.derivative`), while the solver reads the two terms through
+    `parts()`.
+
+    Attributes:
+        term_q: the field of `q`, evaluated at `p`.
+        term_p: the field of `p`, evaluated at `q`.
+    """
+
+    term_q: AbstractTerm
+    term_p: AbstractTerm
+
+    def vf(self, t, y, args):
+        q, p = y
+        return (self.term_q.vf(t, p, args), self.term_p.vf(t, q, args))
+
+    def parts(self) -> tuple[AbstractTerm, ...]:
+        return (self.term_q, self.term_p)
+
+    def reversed_in_time(self, direction: jax.Array) -> AbstractTerm:
+        """Each part reversed: still partitioned."""
+        return PartitionedTerm(
+            self.term_q.reversed_in_time(direction), self.term_p.reversed_in_time(direction)
+        )
+
+    def closure_converted(self, t0, y0: Y, args: Args) -> AbstractTerm:
+        """Each part converted at the half of the state it is evaluated at."""
+        q0, p0 = y0
+        return PartitionedTerm(
+            self.term_q.closure_converted(t0, p0, args),
+            self.term_p.closure_converted(t0, q0, args),
+        )
+
+
 def as_term(terms) -> AbstractTerm:
-    """Accept an `AbstractTerm` or a plain callable `f(t, y, args)`."""
+    """Accept an `AbstractTerm`, a plain callable `f(t, y, args)`, or a tuple of two of
+    those for a partitioned solver (a `PartitionedTerm`)."""
+    if isinstance(terms, tuple):
+        term_q, term_p = terms
+        return PartitionedTerm(as_term(term_q), as_term(term_p))
     if isinstance(terms, AbstractTerm):
         return terms
     if callable(terms):
@@ -120,4 +181,4 @@ def as_term(terms) -> AbstractTerm:
 
 def time_reversed(term: AbstractTerm, direction) -> AbstractTerm:
     """`term` in the reversed time `tau = direction * t` (`direction` is +1 or -1)."""
-    return _TimeReversed(term, jnp.asarray(direction))
+    return term.reversed_in_time(jnp.asarray(direction))

@@ -7,7 +7,8 @@ time through `eqx.error_if` (an `EquinoxRuntimeError`; `JaxRuntimeError` under p
 `jax.jit`) with a short message. Each value check is one predicate `bad(xp, ...)`,
 evaluated with NumPy on concrete values and with `jax.numpy` on traced ones.
 
-The checks run in the order `diffeqsolve` calls them: `check_inputs`, `check_times`,
+The checks run in the order `diffeqsolve` calls them: `check_inputs`, `check_terms`,
+`check_times`,
 `check_vector_field`, `check_values`; an input with several problems reports the first.
 """
 
@@ -94,6 +95,31 @@ def check_inputs(solver, controller, adjoint, saveat, max_steps, dt0):
         value = concrete(jnp.asarray(value))
         if value is not None and _not_positive(np, value):
             raise ValueError(f"`{name}({tolerance}=...)` must be positive; got {value}.")
+
+
+def check_terms(terms, solver, y0) -> None:
+    """`terms` as `solver.term_structure` says: one term, or a tuple of terms (and a
+    tuple `y0`, one part per term) for a partitioned solver (`SemiImplicitEuler`)."""
+    wanted, name = solver.term_structure, type(solver).__name__
+    if not isinstance(wanted, tuple) and isinstance(terms, tuple | list):
+        raise ValueError(
+            f"`{name}` takes one term, not {_described(terms)} terms: pass one `ODETerm(f)` "
+            "returning the whole derivative, or `MultiTerm(*terms)` to add the terms' fields "
+            "(a tuple of terms is for partitioned solvers such as `SemiImplicitEuler()`)."
+        )
+    if isinstance(wanted, tuple) and not (isinstance(terms, tuple) and len(terms) == len(wanted)):
+        raise ValueError(
+            f"`{name}` takes a tuple of {len(wanted)} terms, `(ODETerm(f), ODETerm(g))` for "
+            "`y = (q, p)` with dq/dt = f(t, p, args), dp/dt = g(t, q, args); got "
+            f"{_described(terms)}.")  # fmt: skip
+    if isinstance(wanted, tuple) and not (isinstance(y0, tuple) and len(y0) == len(wanted)):
+        raise ValueError(
+            f"`{name}` needs `y0 = (q0, p0)`, a tuple of {len(wanted)} PyTrees; got "
+            f"{_described(y0)}.")  # fmt: skip
+
+
+def _described(x) -> str:  # "a tuple of 3" for a sequence, else the type's name
+    return f"a {type(x).__name__} of {len(x)}" if isinstance(x, tuple | list) else type(x).__name__
 
 
 def _check_type(value, cls, name, example):

@@ -122,6 +122,16 @@ VECTOR_FIELD = [
          "The vector field must return `y`'s dtype; for leaf y0 `f(t0, y0, args)` "
          "returned int",
          lambda: _solve(f=lambda t, y, a: jnp.ones(2, int))),
+    Case("a tuple of terms for a solver that takes one", "ValueError",
+         "`Tsit5` takes one term, not a tuple of 2 terms: pass one `ODETerm(f)`",
+         lambda: _solve(f=(oc.ODETerm(_decay), oc.ODETerm(_decay)))),
+    Case("one term for `SemiImplicitEuler()`", "ValueError",
+         "`SemiImplicitEuler` takes a tuple of 2 terms, `(ODETerm(f), ODETerm(g))` for "
+         "`y = (q, p)` with dq/dt = f(t, p, args), dp/dt = g(t, q, args); got ODETerm.",
+         lambda: _solve(f=oc.ODETerm(_decay), solver=oc.SemiImplicitEuler())),
+    Case("`SemiImplicitEuler()` with `y0` not a pair", "ValueError",
+         "`SemiImplicitEuler` needs `y0 = (q0, p0)`, a tuple of 2 PyTrees; got a list of 2.",
+         lambda: _solve(f=(_decay, _decay), solver=oc.SemiImplicitEuler(), y0=[Y0, Y0])),
 ]  # fmt: skip
 
 TIMES = [

@@ -73,8 +73,10 @@ def _real(dtype):
 
 
 def _bound(solver, dtype, h=0.05):
-    """The global error of constant steps `h`: `h^order`, or rounding (100 eps)."""
-    return max(h ** solver.order(oc.ODETerm(schrodinger)), 100 * float(jnp.finfo(dtype).eps))
+    """The global error of constant steps `h`: `h^order`, or rounding (200 eps: the
+    implicit solvers' Newton iterations stop at 100 eps per stage, and those errors add
+    up over the steps; Kvaerno4 reaches 122 eps in complex64 on `phase`)."""
+    return max(h ** solver.order(oc.ODETerm(schrodinger)), 200 * float(jnp.finfo(dtype).eps))
 
 
 SOLVER_CASES = [
@@ -363,9 +365,10 @@ def test_vmap_over_complex_states():
 
 @pytest.mark.parametrize(
     "solver",
-    [oc.Tsit5(), pytest.param(oc.Kvaerno5(), marks=pytest.mark.slow), oc.Rodas5P()],
-    ids=["Tsit5", "Kvaerno5", "Rodas5P"],
-)
+    [oc.Tsit5(), pytest.param(oc.Kvaerno5(), marks=pytest.mark.slow), oc.Rodas5P(),
+     pytest.param(oc.Kvaerno4(), marks=pytest.mark.slow)],
+    ids=["Tsit5", "Kvaerno5", "Rodas5P", "Kvaerno4"],
+)  # fmt: skip
 def test_strict_promotion(solver):
     # complex64 states with float32 args against float64 times, under strict promotion.
     y0, args = jnp.asarray(Y0, jnp.complex64), jnp.float32(ARGS)

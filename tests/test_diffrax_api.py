@@ -17,7 +17,7 @@ from jaxtyping import Array
 import odeckpt as oc
 
 SHARED = ["Euler", "Heun", "Midpoint", "Ralston", "Bosh3", "Tsit5", "Dopri5", "Dopri8",
-          "Kvaerno3", "Kvaerno5"]  # fmt: skip
+          "ImplicitEuler", "Kvaerno3", "Kvaerno4", "Kvaerno5"]  # fmt: skip
 MARKERS = ["AbstractSolver", "AbstractAdaptiveSolver", "AbstractImplicitSolver",
            "AbstractItoSolver", "AbstractStratonovichSolver", "AbstractWrappedSolver",
            "AbstractRungeKutta", "AbstractERK", "AbstractDIRK", "AbstractSDIRK",

@@ -1,4 +1,5 @@
-"""The stiff solvers: Rosenbrock (`Ros3P`, `Rodas5P`) and ESDIRK (`Kvaerno3`, `Kvaerno5`).
+"""The stiff solvers: Rosenbrock (`Ros3P`, `Rodas5P`) and ESDIRK (`Kvaerno3`, `Kvaerno4`,
+`Kvaerno5`); `ImplicitEuler` has its own tests (`test_implicit_euler.py`).
 
 Convergence orders, agreement with `scipy.integrate.solve_ivp(method="Radau",
 rtol=1e-12)` on Robertson and Van der Pol, step counts on a stiff damped oscillator,
@@ -41,6 +42,7 @@ SOLVERS = {
     "Ros3P": (oc.Ros3P(), 3, 2),
     "Rodas5P": (oc.Rodas5P(), 5, 3),
     "Kvaerno3": (oc.Kvaerno3(), 3, 2),
+    "Kvaerno4": (oc.Kvaerno4(), 4, 2),
     "Kvaerno5": (oc.Kvaerno5(), 5, 2),
 }
 FAST = {"Rodas5P", "Kvaerno5"}  # run by default; the others are `slow`
@@ -195,40 +197,64 @@ def test_rodas5p_dense_output_is_order_4():
     assert _max_relative_defect(defects, 5) > 1e-6
 
 
-def _kvaerno5_dense_weights(theta: float) -> np.ndarray:
-    return sum(theta ** (r + 1) * np.asarray(row) for r, row in enumerate(tab.KVAERNO5.dense))
+DENSE_ESDIRK_TABLEAUX = [t for t in ESDIRK_TABLEAUX if t.dense is not None]
 
 
-def test_kvaerno5_dense_output_is_order_4_and_joins_the_steps():
-    t = tab.KVAERNO5
+def _dense_weights(t: tab.EsdirkTableau, theta: float) -> np.ndarray:
+    assert t.dense is not None
+    return sum(theta ** (r + 1) * np.asarray(row) for r, row in enumerate(t.dense))
+
+
+@pytest.mark.parametrize("t", DENSE_ESDIRK_TABLEAUX, ids=lambda t: t.name)
+def test_esdirk_dense_output_has_its_order_and_joins_the_steps(t):
+    """Kvaerno5's interpolant is of order 4, Kvaerno4's of order 3."""
+    assert t.dense is not None and t.dense_order is not None
     zero = np.zeros((t.stages, t.stages))
     for theta in (0.1, 0.37, 0.5, 0.9):
-        weights = _kvaerno5_dense_weights(theta)
-        defects = order_defects(t.matrix, zero, weights, 5, theta=theta)
-        assert max(_max_relative_defect(defects, p) for p in range(1, 5)) < 1e-13
-        assert _max_relative_defect(defects, 5) > 1e-6
-    end = _kvaerno5_dense_weights(1.0)
+        weights = _dense_weights(t, theta)
+        defects = order_defects(t.matrix, zero, weights, t.dense_order + 1, theta=theta)
+        assert max(_max_relative_defect(defects, p) for p in range(1, t.dense_order + 1)) < 1e-13
+        assert _max_relative_defect(defects, t.dense_order + 1) > 1e-6
+    end = _dense_weights(t, 1.0)
     np.testing.assert_allclose(end, np.asarray(t.b), atol=1e-14)  # y(1) = y1
     slope = sum((r + 1) * np.asarray(row) for r, row in enumerate(t.dense))
     np.testing.assert_allclose(slope, np.eye(t.stages)[-1], atol=1e-13)  # y'(1) = f(y1)
 
 
-def test_kvaerno5_dense_output_stays_bounded_on_stiff_decay():
+@pytest.mark.parametrize("t", DENSE_ESDIRK_TABLEAUX, ids=lambda t: t.name)
+def test_esdirk_dense_output_stays_bounded_on_stiff_decay(t):
     """On `y' = lambda y` the interpolant is `R(theta, z) y0`; |R| <= 1 for every real
     `z = h lambda <= 0`. Cubic Hermite's `R` grows like `theta (1 - theta)^2 |z|`."""
-    t = tab.KVAERNO5
     thetas = np.linspace(0.0, 1.0, 21)
     worst, hermite = 0.0, 0.0
     for z in -np.logspace(-3, 10, 60):
         stages = np.linalg.solve(np.eye(t.stages) - z * t.matrix, np.ones(t.stages))
         for theta in thetas:
-            worst = max(worst, abs(1 + z * _kvaerno5_dense_weights(theta) @ stages))
+            worst = max(worst, abs(1 + z * _dense_weights(t, theta) @ stages))
             h00, h10 = 1 - 3 * theta**2 + 2 * theta**3, theta * (1 - theta) ** 2
             h01, h11 = 3 * theta**2 - 2 * theta**3, theta**2 * (theta - 1)
             r1 = 1 + z * np.asarray(t.b) @ stages
             hermite = max(hermite, abs(h00 + h10 * z + h01 * r1 + h11 * z * r1))
     assert worst <= 1 + 1e-9
     assert hermite > 1e6
+
+
+def _stability(t: tab.EsdirkTableau, z: complex) -> complex:
+    """`R(z) = 1 + z b . (I - z A)^-1 1`."""
+    stages = np.linalg.solve(np.eye(t.stages) - z * t.matrix, np.ones(t.stages, complex))
+    return 1 + z * np.asarray(t.b) @ stages
+
+
+@pytest.mark.parametrize("t", ESDIRK_TABLEAUX, ids=lambda t: t.name)
+def test_esdirk_is_l_stable(t):
+    """A-stable (`|R(iy)| <= 1` on the imaginary axis, no poles in the left half-plane:
+    `gamma > 0`) and `R(-inf) = 0` (`stiff_stage_limit`'s last entry)."""
+    assert t.gamma > 0
+    ys = np.r_[-np.logspace(-3, 6, 200), np.logspace(-3, 6, 200)]
+    on_axis = [abs(_stability(t, 1j * y)) for y in ys]
+    assert max(on_axis) <= 1 + 1e-12
+    assert abs(tab.stiff_stage_limit(t.matrix)[-1]) < 1e-12
+    assert abs(_stability(t, -1e4)) < 1e-3  # R(z) ~ c / z for large |z|
 
 
 def test_a_wrong_digit_is_caught():
@@ -267,7 +293,7 @@ def _final_values(field, solver, y0, args, t1, num_steps):
     return jax.jit(jax.vmap(solve))(t1 / jnp.asarray(num_steps, float))
 
 
-@pytest.mark.parametrize("name", solver_params())
+@pytest.mark.parametrize("name", solver_params(fast=FAST | {"Kvaerno4"}))
 def test_order_on_linear_problem(name):
     solver, order, _ = SOLVERS[name]
     num_steps = [16, 23, 32, 45, 64, 90]
@@ -288,7 +314,7 @@ def test_order_on_prothero_robinson(name):
     assert np.max(errors) < 1e-6
 
 
-@pytest.mark.parametrize("name", solver_params())
+@pytest.mark.parametrize("name", solver_params(fast=FAST | {"Kvaerno4"}))
 def test_dense_output_converges_at_the_order(name):
     """Saved times strictly inside steps converge at the method's order: the dense
     output's local error (`O(h^5)` for Rodas5P's and Kvaerno5's fourth-order
@@ -313,7 +339,8 @@ def test_dense_output_converges_at_the_order(name):
 # How many times the requested tolerance the *global* error may reach (the controller
 # bounds local errors). Rodas5P stays within it; the others' error estimates are less
 # conservative on these problems (measured: Kvaerno5 2.8x, Ros3P 1.6x on Robertson).
-GLOBAL_FACTOR = {"Rodas5P": 1.0, "Kvaerno5": 10.0, "Kvaerno3": 10.0, "Ros3P": 10.0}
+GLOBAL_FACTOR = {"Rodas5P": 1.0, "Kvaerno5": 10.0, "Kvaerno4": 10.0, "Kvaerno3": 10.0,
+                 "Ros3P": 10.0}  # fmt: skip
 
 
 @pytest.mark.parametrize("name", solver_params(fast={"Rodas5P"}))
@@ -429,7 +456,7 @@ def test_forward_mode_matches_reverse_mode(name):
 
 @slow
 @pytest.mark.parametrize("adjoint", ["backsolve", "interpolating"])
-@pytest.mark.parametrize("name", ["Rodas5P", "Kvaerno5"])
+@pytest.mark.parametrize("name", ["Rodas5P", "Kvaerno4", "Kvaerno5"])
 def test_continuous_adjoints_with_an_explicit_adjoint_solver(name, adjoint):
     """The continuous adjoints integrate the adjoint ODE with an explicit method."""
     solver, mu = SOLVERS[name][0], jnp.asarray(5.0)

@@ -56,6 +56,8 @@ CASES = {
     "heun-constant": _grad(solver=oc.Heun(), controller=oc.ConstantStepSize()),
     "dopri8-pid": _grad(solver=oc.Dopri8()),
     "kvaerno5-pid": _grad(solver=oc.Kvaerno5()),
+    "kvaerno4-pid": _grad(solver=oc.Kvaerno4()),
+    "implicit_euler-pid": _grad(solver=oc.ImplicitEuler()),
     "rodas5p-pid": _grad(solver=oc.Rodas5P()),
     # controllers
     "step_to": _grad(controller=oc.StepTo(np.linspace(0.0, 1.0, 6)), dt0=None),

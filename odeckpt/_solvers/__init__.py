@@ -11,8 +11,9 @@
   `AbstractDIRK`, `AbstractSDIRK`), `AbstractExplicitSolver` and the one generic
   explicit step.
 - `explicit/`: one module per explicit method (its tableau and its final class).
-- `rosenbrock`, `esdirk` (with `newton`, `linalg`, `stiff_tableaux`, `verychord`): the
-  stiff solvers.
+- `rosenbrock`, `esdirk` (with `newton`, `newton_settings`, `linalg`, `stiff_tableaux`,
+  `esdirk_tableaux`, `verychord`), `implicit_euler`: the stiff solvers.
+- `partitioned`: `SemiImplicitEuler`, for a tuple of terms (`PartitionedTerm`).
 - `half`: `HalfSolver`, an error estimate for any solver from two half steps.
 - `dense`: `DenseStep`, the per-step dense-output polynomial, and cubic Hermite.
 
@@ -32,7 +33,12 @@ from .base import (
     StepOutput as StepOutput,
 )
 from .dense import DenseStep as DenseStep, hermite_coeffs as hermite_coeffs
-from .esdirk import AbstractESDIRK as AbstractESDIRK, Kvaerno3 as Kvaerno3, Kvaerno5 as Kvaerno5
+from .esdirk import (
+    AbstractESDIRK as AbstractESDIRK,
+    Kvaerno3 as Kvaerno3,
+    Kvaerno4 as Kvaerno4,
+    Kvaerno5 as Kvaerno5,
+)
 from .explicit.bosh3 import Bosh3 as Bosh3
 from .explicit.dopri5 import Dopri5 as Dopri5
 from .explicit.dopri8 import Dopri8 as Dopri8
@@ -42,6 +48,9 @@ from .explicit.midpoint import Midpoint as Midpoint
 from .explicit.ralston import Ralston as Ralston
 from .explicit.tsit5 import Tsit5 as Tsit5
 from .half import HalfSolver as HalfSolver
+from .implicit_euler import ImplicitEuler as ImplicitEuler
+from .newton_settings import AbstractNewtonSolver as AbstractNewtonSolver
+from .partitioned import SemiImplicitEuler as SemiImplicitEuler
 from .rosenbrock import (
     AbstractRosenbrock as AbstractRosenbrock,
     Rodas5P as Rodas5P,
@@ -72,5 +81,13 @@ EXPLICIT: tuple[type[AbstractExplicitSolver], ...] = (
 )
 """The explicit Runge–Kutta solvers, lowest order first (the tests parametrise over it)."""
 
-STIFF: tuple[type[AbstractSolver], ...] = (Ros3P, Rodas5P, Kvaerno3, Kvaerno5)
-"""The stiff solvers: Rosenbrock, then ESDIRK (the tests parametrise over it)."""
+STIFF: tuple[type[AbstractSolver], ...] = (
+    Ros3P,
+    Rodas5P,
+    ImplicitEuler,
+    Kvaerno3,
+    Kvaerno4,
+    Kvaerno5,
+)
+"""The stiff solvers: Rosenbrock, then the Newton-based ones (the tests parametrise over
+it)."""

@@ -1,4 +1,4 @@
-"""ESDIRK solvers for stiff problems: `Kvaerno3`, `Kvaerno5`.
+"""ESDIRK solvers for stiff problems: `Kvaerno3`, `Kvaerno4`, `Kvaerno5`.
 
 An ESDIRK step has an explicit first stage `k_1 = f(t0, y0)` and then one implicit
 equation per stage, `k_i = f(t0 + c_i h, y0 + h sum_{j<i} a_ij k_j + h gamma k_i)`,
@@ -39,24 +39,21 @@ import jax.numpy as jnp
 
 from odeckpt._core import RESULTS
 
-from . import linalg as la, stiff_tableaux as tab
+from . import esdirk_tableaux, linalg as la, stiff_tableaux as tab
 from .base import StepOutput
 from .dense import hermite_coeffs
-from .newton import NewtonOptions, Stage, solve_stage
+from .newton import Stage, solve_stage
+from .newton_settings import AbstractNewtonSolver, newton_settings, step_factorisation
 from .runge_kutta import AbstractDIRK, CalculateJacobian
-from .verychord import AbstractRootFinder, VeryChord
+from .verychord import VeryChord
 
 if TYPE_CHECKING:  # a class variable each subclass sets (as diffrax declares it)
     from typing import ClassVar as AbstractClassVar
 else:
     from equinox import AbstractClassVar
 
-# The effective Newton tolerances when none are given (see `AbstractESDIRK`).
-_DEFAULT_RTOL, _DEFAULT_ATOL = 1e-10, 1e-12
-_DEFAULT_ROOT_FINDER = VeryChord(rtol=1e-8, atol=1e-10)
 
-
-class AbstractESDIRK(AbstractDIRK):
+class AbstractESDIRK(AbstractDIRK, AbstractNewtonSolver):
     """A stiffly accurate ESDIRK method defined by its `tableau`.
 
     Constructed either the odeckpt way, `Kvaerno5(rtol=1e-10, atol=1e-12,
@@ -79,7 +76,8 @@ class AbstractESDIRK(AbstractDIRK):
     dtype (see `newton.py`).
 
     Dense output: the tableau's stage-based polynomial where it has one (`Kvaerno5`:
-    fourth order, so `SaveAt(ts)` between steps keeps close to the step accuracy);
+    fourth order, `Kvaerno4`: third order, so `SaveAt(ts)` between steps keeps close
+    to the step accuracy);
     otherwise cubic Hermite (`Kvaerno3`, third order like the method). Both take the
     slopes `f(t0, y0)` and the last stage's (which is `f(t1, y1)` up to the Newton
     tolerance) at the ends.
@@ -93,8 +91,6 @@ class AbstractESDIRK(AbstractDIRK):
     calculate_jacobian: ClassVar[CalculateJacobian] = (  # pyright: ignore[reportIncompatibleVariableOverride]
         CalculateJacobian.second_stage
     )
-    root_finder: AbstractRootFinder = _DEFAULT_ROOT_FINDER
-    root_find_max_steps: int = 10
 
     def __init__(
         self,
@@ -107,35 +103,9 @@ class AbstractESDIRK(AbstractDIRK):
         scan_kind: str | None = None,
     ):
         self.scan_kind = scan_kind
-        self.root_finder = _root_finder(type(self).__name__, root_finder, rtol, atol)
-        if root_finder is None and (rtol is not None or atol is not None):
-            rtol = _DEFAULT_RTOL if rtol is None else rtol
-            atol = _DEFAULT_ATOL if atol is None else atol
-            self.root_finder = VeryChord(rtol=rtol, atol=atol, kappa=1.0)
-        steps = _max_steps(type(self).__name__, max_iters, root_find_max_steps)
-        self.root_find_max_steps = steps
-
-    def __check_init__(self):
-        if not (self.rtol > 0 and self.atol > 0 and self.max_iters >= 1):
-            raise ValueError(
-                f"`{type(self).__name__}(rtol, atol, max_iters)` need positive values; "
-                f"got rtol={self.rtol}, atol={self.atol}, max_iters={self.max_iters}."
-            )
-
-    @property
-    def rtol(self) -> float:
-        """The effective relative tolerance of the stage iterations, `kappa * rtol`."""
-        return self.root_finder.kappa * self.root_finder.rtol
-
-    @property
-    def atol(self) -> float:
-        """The effective absolute tolerance of the stage iterations, `kappa * atol`."""
-        return self.root_finder.kappa * self.root_finder.atol
-
-    @property
-    def max_iters(self) -> int:
-        """`root_find_max_steps`, by odeckpt's name."""
-        return self.root_find_max_steps
+        self.root_finder, self.root_find_max_steps = newton_settings(
+            type(self).__name__, rtol, atol, max_iters, root_finder, root_find_max_steps
+        )
 
     def order(self, terms) -> int:
         return self.tableau.order
@@ -152,8 +122,8 @@ class AbstractESDIRK(AbstractDIRK):
 
     def step(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
         flat = la.flatten(term, y0, args)
-        options = NewtonOptions(self.rtol, self.atol, self.max_iters)
-        ks, converged = _esdirk_stages(self.tableau, flat, (term, y0, args), t0, dt, options)
+        problem = (term, y0, args)
+        ks, converged = _esdirk_stages(self.tableau, flat, problem, t0, dt, self.newton_options)
         h = dt.astype(flat.y.dtype)
         y1 = la.combine(flat.y, [h * b for b in self.tableau.b], ks)
         error = la.combine(jnp.zeros_like(flat.y), [h * e for e in self.tableau.b_err], ks)
@@ -174,48 +144,15 @@ class AbstractESDIRK(AbstractDIRK):
         return jnp.stack([la.combine(zero, [h * x for x in row], ks) for row in rows])
 
 
-def _root_finder(name: str, root_finder, rtol, atol) -> AbstractRootFinder:
-    """The `root_finder` given to `name(...)`, or the default; refuses a root finder
-    of another kind, and both spellings of the tolerances at once."""
-    if root_finder is None:
-        return _DEFAULT_ROOT_FINDER
-    if not isinstance(root_finder, AbstractRootFinder):
-        raise ValueError(
-            f"`{name}(root_finder=...)` takes `odeckpt.VeryChord(rtol, atol)`; got "
-            f"{type(root_finder).__name__}. The stages are solved by simplified Newton "
-            "whatever the root finder, so only its tolerances can be chosen."
-        )
-    if rtol is not None or atol is not None:
-        raise ValueError(
-            f"`{name}(rtol, atol)` and `{name}(root_finder=...)` both set the Newton "
-            "tolerances: pass one of them."
-        )
-    return root_finder
-
-
-def _max_steps(name: str, max_iters, root_find_max_steps) -> int:
-    """The iteration limit from either spelling (not both), default 10."""
-    if max_iters is not None and root_find_max_steps is not None:
-        raise ValueError(
-            f"`{name}(max_iters=...)` and `{name}(root_find_max_steps=...)` are the same "
-            "setting: pass one of them."
-        )
-    given = root_find_max_steps if max_iters is None else max_iters
-    return 10 if given is None else given
-
-
 def _esdirk_stages(tableau: tab.EsdirkTableau, flat: la.Flat, problem, t0, dt, options):
     """The slopes `k_1..k_s`, and whether every implicit stage converged.
 
-    `problem = (term, y0, args)`. The Newton matrix is built from a copy with
-    gradients stopped: it steers the iterations but is not part of the result.
+    `problem = (term, y0, args)`; the Newton matrix is `step_factorisation`'s.
     """
     h = dt.astype(flat.y.dtype)
     hg = h * tableau.gamma
     k0 = flat.f(t0, flat.y)
-    frozen = la.flatten(*la.stop_gradients(problem))
-    jac = la.jacobian(frozen.f, la.stop_gradients(t0), frozen.y)
-    lu = la.factor(la.shifted(jac, la.stop_gradients(hg)))
+    lu = step_factorisation(problem, t0, hg)
     ks, converged, eta = [k0], jnp.asarray(True), jnp.ones((), flat.y.dtype)
     for i in range(1, tableau.stages):
         base = la.combine(flat.y, [h * a for a in tableau.a[i]], ks)
@@ -242,6 +179,24 @@ class Kvaerno3(AbstractESDIRK):
     """
 
     tableau = tab.KVAERNO3
+
+
+@final
+class Kvaerno4(AbstractESDIRK):
+    """Kværnø's ESDIRK 4(3): 5 stages, L-stable, stiffly accurate embedded pair.
+
+    Between `Kvaerno3` and `Kvaerno5`: for stiff problems at moderate tolerances
+    (`rtol` about `1e-4` to `1e-7`); the same method as diffrax's `Kvaerno4`. Each step:
+    one Jacobian, one LU, 4 implicit stages. Dense output is a third-order stage-based
+    polynomial that stays bounded on stiff components (diffrax's is cubic Hermite).
+    Stage 2 evaluates `f` at `t0 + 1.15 h`, past the step's end.
+
+    References:
+        A. Kværnø (2004), "Singly diagonally implicit Runge–Kutta methods with an
+        explicit first stage", BIT 44(3), 489–502.
+    """
+
+    tableau = esdirk_tableaux.KVAERNO4
 
 
 @final

@@ -26,6 +26,11 @@ class HalfSolver(AbstractAdaptiveSolver, AbstractWrappedSolver):
 
     solver: AbstractSolver
 
+    @property
+    def term_structure(self):  # pyright: ignore[reportIncompatibleVariableOverride]
+        """The wrapped solver's (a tuple of terms for `SemiImplicitEuler`)."""
+        return self.solver.term_structure
+
     def order(self, terms) -> int | None:
         return self.solver.order(terms)
 

@@ -1,0 +1,123 @@
+"""How the implicit solvers are told to solve their stage equations: one constructor for
+every solver that uses `newton.py` (the ESDIRKs, `ImplicitEuler`), and the Newton
+matrix of a step.
+
+Two spellings are accepted, not both: odeckpt's `Solver(rtol, atol, max_iters)` (the
+effective tolerances of the stage iterations) and diffrax's
+`Solver(root_finder=VeryChord(rtol, atol), root_find_max_steps=10)`.
+"""
+
+from . import linalg as la
+from .base import AbstractImplicitSolver
+from .newton import NewtonOptions
+from .verychord import AbstractRootFinder, VeryChord
+
+# The effective Newton tolerances when only one of `rtol`, `atol` is given.
+_DEFAULT_RTOL, _DEFAULT_ATOL = 1e-10, 1e-12
+DEFAULT_ROOT_FINDER = VeryChord(rtol=1e-8, atol=1e-10)
+"""The root finder of an implicit solver built without tolerances (kappa `1e-2`)."""
+
+
+class AbstractNewtonSolver(AbstractImplicitSolver):
+    """An implicit solver whose stages are solved by simplified Newton (`newton.py`).
+
+    Attributes:
+        root_finder: a `VeryChord`: the stage iterations stop once their estimated
+            error is within `kappa (atol + rtol |z|)` (RMS over the state), i.e. within
+            the effective tolerances `rtol`, `atol` below. Default
+            `VeryChord(rtol=1e-8, atol=1e-10)` (kappa `1e-2`).
+        root_find_max_steps: iterations allowed per stage before the Jacobian is
+            refreshed (and, on a second failure, the step is rejected). Default 10.
+
+    A subclass's `__init__` takes `(rtol, atol, max_iters, *, root_finder,
+    root_find_max_steps)` and sets both fields from `newton_settings`.
+    """
+
+    root_finder: AbstractRootFinder = DEFAULT_ROOT_FINDER
+    root_find_max_steps: int = 10
+
+    def __check_init__(self):
+        if not (self.rtol > 0 and self.atol > 0 and self.max_iters >= 1):
+            raise ValueError(
+                f"`{type(self).__name__}(rtol, atol, max_iters)` need positive values; "
+                f"got rtol={self.rtol}, atol={self.atol}, max_iters={self.max_iters}."
+            )
+
+    @property
+    def rtol(self) -> float:
+        """The effective relative tolerance of the stage iterations, `kappa * rtol`."""
+        return self.root_finder.kappa * self.root_finder.rtol
+
+    @property
+    def atol(self) -> float:
+        """The effective absolute tolerance of the stage iterations, `kappa * atol`."""
+        return self.root_finder.kappa * self.root_finder.atol
+
+    @property
+    def max_iters(self) -> int:
+        """`root_find_max_steps`, by odeckpt's name."""
+        return self.root_find_max_steps
+
+    @property
+    def newton_options(self) -> NewtonOptions:
+        """The stopping rule of the stage iterations."""
+        return NewtonOptions(self.rtol, self.atol, self.max_iters)
+
+
+def newton_settings(
+    name: str, rtol, atol, max_iters, root_finder, root_find_max_steps
+) -> tuple[AbstractRootFinder, int]:
+    """`(root_finder, root_find_max_steps)` from either spelling given to `name(...)`.
+
+    Raises:
+        ValueError: for both spellings of the tolerances or of the iteration limit, or
+            a `root_finder` that is not a `VeryChord`.
+    """
+    finder = _root_finder(name, root_finder, rtol, atol)
+    if root_finder is None and (rtol is not None or atol is not None):
+        rtol = _DEFAULT_RTOL if rtol is None else rtol
+        atol = _DEFAULT_ATOL if atol is None else atol
+        finder = VeryChord(rtol=rtol, atol=atol, kappa=1.0)
+    return finder, _max_steps(name, max_iters, root_find_max_steps)
+
+
+def step_factorisation(problem, t0, hg) -> la.Factorisation:
+    """The factorised Newton matrix `I - hg J` of a step, `J = df/dy(t0, y0)`.
+
+    `problem = (term, y0, args)`. It is built from a copy with gradients stopped: it
+    steers the iterations but is not part of the result (the stages' derivatives come
+    from the implicit function theorem, `newton.solve_stage`).
+    """
+    frozen = la.flatten(*la.stop_gradients(problem))
+    jac = la.jacobian(frozen.f, la.stop_gradients(t0), frozen.y)
+    return la.factor(la.shifted(jac, la.stop_gradients(hg)))
+
+
+def _root_finder(name: str, root_finder, rtol, atol) -> AbstractRootFinder:
+    """The `root_finder` given to `name(...)`, or the default; refuses a root finder
+    of another kind, and both spellings of the tolerances at once."""
+    if root_finder is None:
+        return DEFAULT_ROOT_FINDER
+    if not isinstance(root_finder, AbstractRootFinder):
+        raise ValueError(
+            f"`{name}(root_finder=...)` takes `odeckpt.VeryChord(rtol, atol)`; got "
+            f"{type(root_finder).__name__}. The stages are solved by simplified Newton "
+            "whatever the root finder, so only its tolerances can be chosen."
+        )
+    if rtol is not None or atol is not None:
+        raise ValueError(
+            f"`{name}(rtol, atol)` and `{name}(root_finder=...)` both set the Newton "
+            "tolerances: pass one of them."
+        )
+    return root_finder
+
+
+def _max_steps(name: str, max_iters, root_find_max_steps) -> int:
+    """The iteration limit from either spelling (not both), default 10."""
+    if max_iters is not None and root_find_max_steps is not None:
+        raise ValueError(
+            f"`{name}(max_iters=...)` and `{name}(root_find_max_steps=...)` are the same "
+            "setting: pass one of them."
+        )
+    given = root_find_max_steps if max_iters is None else max_iters
+    return 10 if given is None else given
