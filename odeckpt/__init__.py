@@ -72,6 +72,7 @@ from ._solvers import (
     Kvaerno3 as Kvaerno3,
     Kvaerno5 as Kvaerno5,
     Midpoint as Midpoint,
+    RadauIIA5 as RadauIIA5,
     Ralston as Ralston,
     Rodas5P as Rodas5P,
     Ros3P as Ros3P,

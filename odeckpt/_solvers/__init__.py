@@ -11,8 +11,8 @@
   `AbstractDIRK`, `AbstractSDIRK`), `AbstractExplicitSolver` and the one generic
   explicit step.
 - `explicit/`: one module per explicit method (its tableau and its final class).
-- `rosenbrock`, `esdirk` (with `newton`, `linalg`, `stiff_tableaux`, `verychord`): the
-  stiff solvers.
+- `rosenbrock`, `esdirk` (with `newton`, `newton_settings`, `linalg`,
+  `stiff_tableaux`, `verychord`), `radau` (with `radau_tableau`): the stiff solvers.
 - `half`: `HalfSolver`, an error estimate for any solver from two half steps.
 - `dense`: `DenseStep`, the per-step dense-output polynomial, and cubic Hermite.
 
@@ -42,6 +42,7 @@ from .explicit.midpoint import Midpoint as Midpoint
 from .explicit.ralston import Ralston as Ralston
 from .explicit.tsit5 import Tsit5 as Tsit5
 from .half import HalfSolver as HalfSolver
+from .radau import RadauIIA5 as RadauIIA5
 from .rosenbrock import (
     AbstractRosenbrock as AbstractRosenbrock,
     Rodas5P as Rodas5P,
@@ -72,5 +73,6 @@ EXPLICIT: tuple[type[AbstractExplicitSolver], ...] = (
 )
 """The explicit Runge–Kutta solvers, lowest order first (the tests parametrise over it)."""
 
-STIFF: tuple[type[AbstractSolver], ...] = (Ros3P, Rodas5P, Kvaerno3, Kvaerno5)
-"""The stiff solvers: Rosenbrock, then ESDIRK (the tests parametrise over it)."""
+STIFF: tuple[type[AbstractSolver], ...] = (Ros3P, Rodas5P, Kvaerno3, Kvaerno5, RadauIIA5)
+"""The stiff solvers: Rosenbrock, then ESDIRK, then Radau IIA (the tests parametrise
+over it)."""
