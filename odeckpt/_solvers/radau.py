@@ -15,14 +15,18 @@ diverging or stalling iteration, or one past `max_iters`, fails the step: it ret
 converge) and, with constant steps, ends the solve with
 `RESULTS.implicit_solve_failed`.
 
-**The linear systems: two ways, chosen by size.** For `3n <= PLAIN_UNKNOWNS` (16,
-the size below which `linalg` applies explicit inverses: `n <= 5`) the `3n x 3n`
-matrix `I - h A (x) J` is inverted once per step and each iteration is one product;
-for larger `n` the eigen-decomposition of `A^-1` (`radau_tableau.py`) transforms it
-into one real system with `I - h gamma0 J` and one complex one with `(alpha + i
-beta) I - h J` (Hairer & Wanner IV.8), both `n x n`: `(1 + 4) n^3 / 3` flops per
-factorisation instead of `9 n^3`. The real factorisation also filters the error
-estimate. Measured (`benchmarks/bench_radau.py` shows how): see the README.
+**The linear systems: two ways, chosen by size.** The eigen-decomposition of `A^-1`
+(`radau_tableau.py`) transforms `I - h A (x) J` into one real system with `I - h
+gamma0 J` and one complex one with `(alpha + i beta) I - h J`, both `n x n`
+(Hairer & Wanner IV.8): `(1 + 4) n^3 / 3` flops per factorisation instead of `9 n^3`,
+and the real factorisation also filters the error estimate. For `3n <= PLAIN_UNKNOWNS`
+(6: `n <= 2`) the `3n x 3n` matrix is factorised whole instead (with the filter
+beside it), one product per iteration with no transformation. Measured on a loaded
+2-core CPU: per step of a solve (1-D heat equation with a cubic reaction, constant
+steps), whole / split time 0.94 at `n = 2`, 2.2-2.7 at `n = 3..5`, 7.5 at `n = 24`;
+for the linear algebra alone (`benchmarks/bench_radau.py`, load average 13, noisy)
+0.87-0.89 at `n = 2`, 0.65-5.8 at `n = 3..16`, 1.4-1.5 at `n = 24`. Whole wins
+only at `n <= 2`.
 
 **Error estimate** (IV.8, (8.19)-(8.20)): `err = (I - h gamma0 J)^-1 (gamma0 h
 f(t0, y0) + sum_i e_i z_i)`, the difference to an embedded method of order 3 filtered
@@ -62,7 +66,7 @@ from .newton import NewtonOptions, dense_tangent_solve, iterating, verdict
 from .newton_settings import AbstractNewtonSolver
 from .radau_tableau import RADAU_IIA5, RadauTableau
 
-PLAIN_UNKNOWNS = la.SMALL
+PLAIN_UNKNOWNS = 6
 """Up to this many unknowns `3n`, the stage system is solved whole (see above)."""
 
 
@@ -127,10 +131,12 @@ def stage_fields(flat: la.Flat, times, y0, z):
 
 def radau_newton(tableau, flat: la.Flat, times, h, system, z0, options: NewtonOptions):
     """Simplified Newton on the stage system from `z0`: `(z, converged, iterations)`."""
-    dtype = z0.dtype
-    floor = 100 * jnp.finfo(dtype).eps
-    rtol = jnp.maximum(jnp.asarray(options.rtol, dtype), floor)
-    atol = jnp.maximum(jnp.asarray(options.atol, dtype), floor * la.rms(flat.y))
+    dtype, eps = z0.dtype, jnp.finfo(z0.dtype).eps
+    rtol = jnp.maximum(jnp.asarray(options.rtol, dtype), 100 * eps)
+    # The absolute floor is `eps` (the ESDIRKs' `100 eps`) of the state's RMS: a small
+    # component (Robertson's y2 ~ 1e-7 beside O(1) ones) then keeps its accuracy at
+    # tight tolerances (at rtol 1e-10 the larger floor cost a 2e-9 relative error).
+    atol = jnp.maximum(jnp.asarray(options.atol, dtype), eps * la.rms(flat.y))
 
     def body(it: _RadauIterate) -> _RadauIterate:
         fields = stage_fields(flat, times, flat.y, it.z)
@@ -146,9 +152,15 @@ def radau_newton(tableau, flat: la.Flat, times, h, system, z0, options: NewtonOp
     return it.z, it.converged, it.count
 
 
-def solve_stages(tableau, flat: la.Flat, times, h, system, options):
-    """The stage increments (3 x n), derivatives by the implicit function theorem,
-    and whether the iteration converged."""
+def starting_stages(tableau: RadauTableau, h, f0):
+    """The Newton iteration's starting stage increments: zero (see the module docstring)."""
+    return jnp.zeros((len(tableau.c), f0.shape[0]), f0.dtype)
+
+
+def solve_stages(tableau, flat: la.Flat, times, h, system, guess, options):
+    """The stage increments (3 x n) from the starting `guess` (which does not affect
+    derivatives: by the implicit function theorem), and whether the iteration
+    converged."""
     n = flat.y.shape[0]
     a = jnp.asarray(tableau.matrix, flat.y.dtype)
 
@@ -163,8 +175,9 @@ def solve_stages(tableau, flat: la.Flat, times, h, system, options):
         as_float = lambda x: x.astype(x0.dtype)  # noqa: E731  (float auxiliary outputs)
         return z.reshape(-1), (as_float(converged), as_float(count))
 
-    guess = jnp.zeros(3 * n, flat.y.dtype)
-    x, (converged, _) = lax.custom_root(residual, guess, solve, dense_tangent_solve, has_aux=True)
+    x, (converged, _) = lax.custom_root(
+        residual, guess.reshape(-1), solve, dense_tangent_solve, has_aux=True
+    )
     return x.reshape(3, n), converged > 0
 
 
@@ -184,9 +197,11 @@ class RadauIIA5(AbstractNewtonSolver, AbstractAdaptiveSolver):
 
     For stiff problems at tight tolerances (`rtol <= 1e-6`): order 5 from 3 stages,
     and order 3 (its stage order) on very stiff problems where the ESDIRKs keep 2.
-    Each step: one Jacobian (`n` forward-mode products), one factorisation (two when
-    `n > 5`: one real, one complex `n x n`), 3 evaluations of `f` per Newton
-    iteration, 2 more for the error estimate. Derivatives by the implicit function
+    Each step: one Jacobian (`n` forward-mode products), two factorisations (the
+    whole `3n x 3n` matrix and the error filter `I - h gamma0 J` for `n <= 2`; above,
+    the real and complex `n x n` systems, the real one being the filter), 3
+    evaluations of `f` per Newton iteration and 2 more (`f(t0, y0)`, the second
+    filtering) for the error estimate. Derivatives by the implicit function
     theorem on the stage system (one `3n x 3n` dense solve per step in reverse mode),
     so every adjoint and forward mode work. diffrax has no Radau method.
 
@@ -234,7 +249,8 @@ class RadauIIA5(AbstractNewtonSolver, AbstractAdaptiveSolver):
         system = newton_system(tableau, jac, la.stop_gradients(h), whole=whole)
         times = [t0 + c * dt for c in tableau.c]
         options = NewtonOptions(self.rtol, self.atol, self.max_iters)
-        z, converged = solve_stages(tableau, flat, times, h, system, options)
+        guess = starting_stages(tableau, la.stop_gradients(h), la.stop_gradients(f0))
+        z, converged = solve_stages(tableau, flat, times, h, system, guess, options)
         y1 = jnp.where(converged, flat.y + z[-1], jnp.nan)
         error = error_estimate(tableau, flat, t0, h, f0, z, system)
         error = jnp.where(converged, error, jnp.inf)
