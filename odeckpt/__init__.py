@@ -74,6 +74,7 @@ from ._solvers import (
     Kvaerno4 as Kvaerno4,
     Kvaerno5 as Kvaerno5,
     Midpoint as Midpoint,
+    RadauIIA5 as RadauIIA5,
     Ralston as Ralston,
     Rodas5P as Rodas5P,
     Ros3P as Ros3P,

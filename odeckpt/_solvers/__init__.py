@@ -12,7 +12,8 @@
   explicit step.
 - `explicit/`: one module per explicit method (its tableau and its final class).
 - `rosenbrock`, `esdirk` (with `newton`, `newton_settings`, `linalg`, `stiff_tableaux`,
-  `esdirk_tableaux`, `verychord`), `implicit_euler`: the stiff solvers.
+  `esdirk_tableaux`, `verychord`), `implicit_euler`, `radau` (with `radau_tableau`): the
+  stiff solvers.
 - `partitioned`: `SemiImplicitEuler`, for a tuple of terms (`PartitionedTerm`).
 - `half`: `HalfSolver`, an error estimate for any solver from two half steps.
 - `dense`: `DenseStep`, the per-step dense-output polynomial, and cubic Hermite.
@@ -51,6 +52,7 @@ from .half import HalfSolver as HalfSolver
 from .implicit_euler import ImplicitEuler as ImplicitEuler
 from .newton_settings import AbstractNewtonSolver as AbstractNewtonSolver
 from .partitioned import SemiImplicitEuler as SemiImplicitEuler
+from .radau import RadauIIA5 as RadauIIA5
 from .rosenbrock import (
     AbstractRosenbrock as AbstractRosenbrock,
     Rodas5P as Rodas5P,
@@ -88,6 +90,7 @@ STIFF: tuple[type[AbstractSolver], ...] = (
     Kvaerno3,
     Kvaerno4,
     Kvaerno5,
+    RadauIIA5,
 )
-"""The stiff solvers: Rosenbrock, then the Newton-based ones (the tests parametrise over
-it)."""
+"""The stiff solvers: Rosenbrock, then the Newton-based ones (ESDIRK, Radau IIA; the
+tests parametrise over it)."""

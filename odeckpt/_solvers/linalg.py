@@ -103,8 +103,9 @@ class Factorisation(eqx.Module):
 
     Attributes:
         matrix: the inverse (`n <= SMALL`) or the packed LU factors.
-        pivots: the LU pivots, as floats of the matrix's dtype (so that the record can
-            pass where only floating outputs are allowed); `None` with an inverse.
+        pivots: the LU pivots, as floats of the matrix's real dtype (so that the
+            record can pass where only floating outputs are allowed); `None` with an
+            inverse. A complex matrix (`RadauIIA5`'s) is factorised the same way.
     """
 
     matrix: jax.Array
@@ -116,7 +117,7 @@ def factor(matrix: jax.Array) -> Factorisation:
     if matrix.shape[0] <= SMALL:
         return Factorisation(jnp.linalg.inv(matrix), None)
     lu, pivots = jsl.lu_factor(matrix)
-    return Factorisation(lu, pivots.astype(lu.dtype))
+    return Factorisation(lu, pivots.astype(jnp.finfo(lu.dtype).dtype))
 
 
 def solve(fact: Factorisation, rhs: jax.Array, transpose: bool = False) -> jax.Array:

@@ -75,6 +75,36 @@ class _Iterate(eqx.Module):
     failed: jax.Array
 
 
+def verdict(size, prev, eta, count, max_iters: int):
+    """The stopping rule of the module docstring, after an iteration.
+
+    Args:
+        size: the scaled RMS norm `|dz_k|` of this iteration's increment.
+        prev: that of the previous iteration (unused on the first).
+        eta: the error-bound factor so far (`eta_0` on the first iteration).
+        count: iterations done before this one.
+        max_iters: the iteration limit.
+
+    Returns:
+        `(eta, converged, failed)`: the updated factor, and whether to stop with
+        success or with failure (never both).
+    """
+    theta = size / jnp.where(prev > 0, prev, 1)
+    first = count == 0
+    eta = jnp.where(first, eta, theta / jnp.maximum(1 - theta, 1e-30))
+    # An increment a tenth of the tolerance ends the iteration whatever the rate:
+    # near rounding level the rate estimate is noise.
+    converged = (eta * size <= 1) | (size <= 0.1)
+    stalled = ~first & (theta >= 1) & ~converged
+    failed = ~jnp.isfinite(size) | stalled | ((count + 1 >= max_iters) & ~converged)
+    return eta, converged & ~failed, failed
+
+
+def iterating(it) -> jax.Array:
+    """Whether a Newton iteration record (`converged`, `failed`) goes on."""
+    return ~(it.converged | it.failed)
+
+
 def _chord(f, stage: Stage, guess, lu, eta0, options: NewtonOptions) -> _Iterate:
     """Simplified Newton from `guess` with the fixed factorisation `lu`."""
     dtype = guess.dtype
@@ -86,23 +116,13 @@ def _chord(f, stage: Stage, guess, lu, eta0, options: NewtonOptions) -> _Iterate
         dk = la.solve(lu, f(stage.t, z) - it.k)
         atol = jnp.maximum(jnp.asarray(options.atol, dtype), floor * la.rms(z))
         size = la.rms(stage.hg * dk / (atol + rtol * jnp.abs(z)))
-        theta = size / jnp.where(it.prev > 0, it.prev, 1)
-        first = it.count == 0
-        eta = jnp.where(first, it.eta, theta / jnp.maximum(1 - theta, 1e-30))
-        # An increment a tenth of the tolerance ends the iteration whatever the rate:
-        # near rounding level the rate estimate is noise.
-        converged = (eta * size <= 1) | (size <= 0.1)
-        stalled = ~first & (theta >= 1) & ~converged
-        failed = ~jnp.isfinite(size) | stalled | ((it.count + 1 >= options.max_iters) & ~converged)
-        return _Iterate(it.k + dk, size, eta, it.count + 1, converged & ~failed, failed)
-
-    def cond(it: _Iterate):
-        return ~(it.converged | it.failed)
+        eta, converged, failed = verdict(size, it.prev, it.eta, it.count, options.max_iters)
+        return _Iterate(it.k + dk, size, eta, it.count + 1, converged, failed)
 
     zero = jnp.zeros((), dtype)
     start = _Iterate(guess, zero, jnp.asarray(eta0, dtype), jnp.asarray(0, jnp.int32),
                      jnp.asarray(False), jnp.asarray(False))  # fmt: skip
-    return lax.while_loop(cond, body, start)
+    return lax.while_loop(iterating, body, start)
 
 
 def solve_stage(
@@ -126,7 +146,7 @@ def solve_stage(
         del residual  # the iteration is written against `f` and `stage` directly
         return _solve_with_restart(f, stage, k0, lu, eta0, options)
 
-    k, aux = lax.custom_root(residual, guess, solve, _dense_tangent_solve, has_aux=True)
+    k, aux = lax.custom_root(residual, guess, solve, dense_tangent_solve, has_aux=True)
     converged, eta, lu_out, iterations = aux
     return StageResult(k, converged > 0, eta, lu_out, iterations.astype(jnp.int32))
 
@@ -156,7 +176,7 @@ def _solve_with_restart(f, stage: Stage, guess, lu, eta0, options: NewtonOptions
     return it.k, (as_float(it.converged), it.eta, lu_out, as_float(iterations))
 
 
-def _dense_tangent_solve(linear, rhs):
+def dense_tangent_solve(linear, rhs):
     """Solve `linear(x) = rhs` by forming its matrix (`n` products) and factorising it.
 
     `linear` is the stage equation linearised at its solution, `I - hg df/dy(t, z)`.

@@ -29,12 +29,31 @@ class AbstractNewtonSolver(AbstractImplicitSolver):
         root_find_max_steps: iterations allowed per stage before the Jacobian is
             refreshed (and, on a second failure, the step is rejected). Default 10.
 
-    A subclass's `__init__` takes `(rtol, atol, max_iters, *, root_finder,
-    root_find_max_steps)` and sets both fields from `newton_settings`.
+    Constructed either the odeckpt way, `Solver(rtol=1e-10, atol=1e-12, max_iters=10)`,
+    or diffrax's, `Solver(root_finder=VeryChord(rtol=1e-8, atol=1e-10),
+    root_find_max_steps=10)`; not both. A subclass with more fields takes these
+    arguments in its own `__init__` and sets both fields from `newton_settings`.
+
+    Raises:
+        ValueError: for non-positive tolerances or iteration counts, for both
+            spellings at once, or a `root_finder` that is not a `VeryChord`.
     """
 
     root_finder: AbstractRootFinder = DEFAULT_ROOT_FINDER
     root_find_max_steps: int = 10
+
+    def __init__(
+        self,
+        rtol: float | None = None,
+        atol: float | None = None,
+        max_iters: int | None = None,
+        *,
+        root_finder: AbstractRootFinder | None = None,
+        root_find_max_steps: int | None = None,
+    ):
+        self.root_finder, self.root_find_max_steps = newton_settings(
+            type(self).__name__, rtol, atol, max_iters, root_finder, root_find_max_steps
+        )
 
     def __check_init__(self):
         if not (self.rtol > 0 and self.atol > 0 and self.max_iters >= 1):

@@ -1,0 +1,262 @@
+"""`RadauIIA5`: the 3-stage Radau IIA method (order 5, stage order 3, L-stable,
+stiffly accurate), as in Hairer & Wanner's RADAU5.
+
+**The stage system.** A step solves for the stage increments `z_i = Y_i - y0`,
+`i = 1..3`, the `3n` equations `z = h (A (x) I) F(z)`, `F_i = f(t0 + c_i h, y0 +
+z_i)`, and returns `y1 = y0 + z_3`. Simplified Newton iterates `(I - h A (x) J) dz =
+-z + h (A (x) I) F(z)` with `J = df/dy(t0, y0)`, formed afresh at the start of every
+step (`n` forward-mode products) and not carried to the next: a step is a function of
+`(t, y, args)` alone, so a step replayed from a checkpoint repeats the forward pass
+bit for bit. Starting values are `z = 0` (RADAU5's choice on its first step: it
+extrapolates the previous step's collocation polynomial afterwards, which would carry
+state across steps). The stopping rule is the ESDIRKs' (`newton.verdict`): a
+diverging or stalling iteration, or one past `max_iters`, fails the step: it returns
+`y_error = inf` (an adaptive controller rejects it and shrinks `h`, which makes Newton
+converge) and, with constant steps, ends the solve with
+`RESULTS.implicit_solve_failed`.
+
+**The linear systems: two ways, chosen by size.** The eigen-decomposition of `A^-1`
+(`radau_tableau.py`) transforms `I - h A (x) J` into one real system with `I - h
+gamma0 J` and one complex one with `(alpha + i beta) I - h J`, both `n x n`
+(Hairer & Wanner IV.8): `(1 + 4) n^3 / 3` flops per factorisation instead of `9 n^3`,
+and the real factorisation also filters the error estimate. For `3n <= PLAIN_UNKNOWNS`
+(6: `n <= 2`) the `3n x 3n` matrix is factorised whole instead (with the filter
+beside it), one product per iteration with no transformation. Measured on a loaded
+2-core CPU: per step of a solve (1-D heat equation with a cubic reaction, constant
+steps), whole / split time 0.94 at `n = 2`, 2.2-2.7 at `n = 3..5`, 7.5 at `n = 24`;
+for the linear algebra alone (`benchmarks/bench_radau.py`, load average 13, noisy)
+0.87-0.89 at `n = 2`, 0.65-5.8 at `n = 3..16`, 1.4-1.5 at `n = 24`. Whole wins
+only at `n <= 2`.
+
+**Error estimate** (IV.8, (8.19)-(8.20)): `err = (I - h gamma0 J)^-1 (gamma0 h
+f(t0, y0) + sum_i e_i z_i)`, the difference to an embedded method of order 3 filtered
+so that it stays bounded on stiff components. RADAU5 filters a second time,
+`(I - h gamma0 J)^-1 (gamma0 h f(t0, y0 + err) + sum_i e_i z_i)`, on the first step
+and after a rejection, where the first estimate overrates stiff transients. A step
+here cannot know either (it must not depend on the history), so the second filtering
+is applied on every step: one more evaluation of `f` and one more solve. The estimate
+is `O(h^4)`, so `error_order` is 4 (`PIDController` takes the `1/4` power, as
+RADAU5's `err^(1/4)`).
+
+**Dense output**: the collocation polynomial, degree 3 through `(t0, y0)` and the
+three stages (`y1` at the end), of order 3 inside the step.
+
+**Derivatives** by the implicit function theorem on the stage system
+(`lax.custom_root`), not through the iterations: one dense `3n x 3n` solve with the
+exact Jacobian at the converged stages; forward mode (`jax.jvp`, `ForwardMode`) and
+reverse mode both work.
+
+References:
+    E. Hairer & G. Wanner, *Solving Ordinary Differential Equations II*, 2nd ed.,
+    Springer, 1996, IV.5 and IV.8 (the code RADAU5).
+"""
+
+from typing import final
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from odeckpt._core import RESULTS
+
+from . import linalg as la
+from .base import AbstractAdaptiveSolver, StepOutput
+from .newton import NewtonOptions, dense_tangent_solve, iterating, verdict
+from .newton_settings import AbstractNewtonSolver
+from .radau_tableau import RADAU_IIA5, RadauTableau
+
+PLAIN_UNKNOWNS = 6
+"""Up to this many unknowns `3n`, the stage system is solved whole (see above)."""
+
+
+class NewtonSystem(eqx.Module):
+    """The factorised simplified-Newton matrices of one step (not differentiated).
+
+    Attributes:
+        filter: `I - h gamma0 J` (the error filter; the real block when transformed).
+        whole: `I - h A (x) J` when solved whole, else `None`.
+        pair: `(alpha + i beta) I - h J`, complex, when transformed, else `None`.
+    """
+
+    filter: la.Factorisation
+    whole: la.Factorisation | None
+    pair: la.Factorisation | None
+
+
+def newton_system(tableau: RadauTableau, jac, h, *, whole: bool) -> NewtonSystem:
+    """Factorise the step's Newton matrices from `J` and `h` (see `NewtonSystem`)."""
+    n, dtype = jac.shape[0], jac.dtype
+    eye = jnp.eye(n, dtype=dtype)
+    filter_ = la.factor(la.shifted(jac, h * tableau.gamma0))
+    if whole:
+        kron = jnp.kron(jnp.asarray(tableau.matrix, dtype), jac)
+        return NewtonSystem(filter_, la.factor(jnp.eye(3 * n, dtype=dtype) - h * kron), None)
+    _, alpha, beta = tableau.eigenvalues
+    pair = lax.complex(alpha * eye - h * jac, beta * eye)
+    return NewtonSystem(filter_, None, la.factor(pair))
+
+
+def newton_increment(tableau: RadauTableau, system: NewtonSystem, h, fields, z):
+    """The Newton increment `dz` (3 x n): `(I - h A (x) J) dz = -z + h A F`."""
+    a = jnp.asarray(tableau.matrix, z.dtype)
+    if system.whole is not None:
+        rhs = -z + h * (a @ fields)
+        return la.solve(system.whole, rhs.reshape(-1)).reshape(z.shape)
+    # (Lambda / h (x) I - I (x) J) dw = T^-1 F - Lambda w / h, with z = T w; scaled by h.
+    t = jnp.asarray(tableau.transform, z.dtype)
+    t_inv = jnp.asarray(tableau.transform_inverse, z.dtype)
+    _, alpha, beta = tableau.eigenvalues
+    g, w = t_inv @ fields, t_inv @ z
+    real = la.solve(system.filter, h * tableau.gamma0 * g[0] - w[0])  # gamma0 = 1 / lam
+    w_pair = lax.complex(w[1], w[2])
+    rhs = h * lax.complex(g[1], g[2]) - lax.complex(alpha, beta).astype(w_pair.dtype) * w_pair
+    pair = la.solve(system.pair, rhs)  # pyright: ignore[reportArgumentType]
+    return t @ jnp.stack([real, jnp.real(pair), jnp.imag(pair)])
+
+
+class _RadauIterate(eqx.Module):
+    z: jax.Array
+    prev: jax.Array
+    eta: jax.Array
+    count: jax.Array
+    converged: jax.Array
+    failed: jax.Array
+
+
+def stage_fields(flat: la.Flat, times, y0, z):
+    """`F_i = f(t_i, y0 + z_i)`, stacked (3 x n)."""
+    return jnp.stack([flat.f(t, y0 + zi) for t, zi in zip(times, z, strict=True)])
+
+
+def radau_newton(tableau, flat: la.Flat, times, h, system, z0, options: NewtonOptions):
+    """Simplified Newton on the stage system from `z0`: `(z, converged, iterations)`."""
+    dtype, eps = z0.dtype, jnp.finfo(z0.dtype).eps
+    rtol = jnp.maximum(jnp.asarray(options.rtol, dtype), 100 * eps)
+    # The absolute floor is `eps` (the ESDIRKs' `100 eps`) of the state's RMS: a small
+    # component (Robertson's y2 ~ 1e-7 beside O(1) ones) then keeps its accuracy at
+    # tight tolerances (at rtol 1e-10 the larger floor cost a 2e-9 relative error).
+    atol = jnp.maximum(jnp.asarray(options.atol, dtype), eps * la.rms(flat.y))
+
+    def body(it: _RadauIterate) -> _RadauIterate:
+        fields = stage_fields(flat, times, flat.y, it.z)
+        dz = newton_increment(tableau, system, h, fields, it.z)
+        size = la.rms(dz / (atol + rtol * jnp.abs(flat.y[None] + it.z)))
+        eta, converged, failed = verdict(size, it.prev, it.eta, it.count, options.max_iters)
+        return _RadauIterate(it.z + dz, size, eta, it.count + 1, converged, failed)
+
+    false = jnp.asarray(False)
+    start = _RadauIterate(z0, jnp.zeros((), dtype), jnp.ones((), dtype),
+                          jnp.asarray(0, jnp.int32), false, false)  # fmt: skip
+    it = lax.while_loop(iterating, body, start)
+    return it.z, it.converged, it.count
+
+
+def starting_stages(tableau: RadauTableau, h, f0):
+    """The Newton iteration's starting stage increments: zero (see the module docstring)."""
+    return jnp.zeros((len(tableau.c), f0.shape[0]), f0.dtype)
+
+
+def solve_stages(tableau, flat: la.Flat, times, h, system, guess, options):
+    """The stage increments (3 x n) from the starting `guess` (which does not affect
+    derivatives: by the implicit function theorem), and whether the iteration
+    converged."""
+    n = flat.y.shape[0]
+    a = jnp.asarray(tableau.matrix, flat.y.dtype)
+
+    def residual(x):
+        z = x.reshape(3, n)
+        return (z - h * (a @ stage_fields(flat, times, flat.y, z))).reshape(-1)
+
+    def solve(residual, x0):
+        del residual  # the iteration is written against `flat` and `system` directly
+        z, converged, count = radau_newton(tableau, flat, times, h, system,
+                                           x0.reshape(3, n), options)  # fmt: skip
+        as_float = lambda x: x.astype(x0.dtype)  # noqa: E731  (float auxiliary outputs)
+        return z.reshape(-1), (as_float(converged), as_float(count))
+
+    x, (converged, _) = lax.custom_root(
+        residual, guess.reshape(-1), solve, dense_tangent_solve, has_aux=True
+    )
+    return x.reshape(3, n), converged > 0
+
+
+def error_estimate(tableau: RadauTableau, flat: la.Flat, t0, h, f0, z, system):
+    """RADAU5's estimate, filtered twice (see the module docstring)."""
+    e = jnp.asarray(tableau.error_coeffs, z.dtype)
+    stages = e @ z
+    gh = h * tableau.gamma0
+    first = la.solve(system.filter, gh * f0 + stages)
+    return la.solve(system.filter, gh * flat.f(t0, flat.y + first) + stages)
+
+
+@final
+class RadauIIA5(AbstractNewtonSolver, AbstractAdaptiveSolver):
+    """Radau IIA of order 5: 3 implicit stages, L-stable, stiffly accurate, stage
+    order 3; the method of Hairer & Wanner's RADAU5 and SciPy's `Radau`.
+
+    For stiff problems at tight tolerances (`rtol <= 1e-6`): order 5 from 3 stages,
+    and order 3 (its stage order) on very stiff problems where the ESDIRKs keep 2.
+    Each step: one Jacobian (`n` forward-mode products), two factorisations (the
+    whole `3n x 3n` matrix and the error filter `I - h gamma0 J` for `n <= 2`; above,
+    the real and complex `n x n` systems, the real one being the filter), 3
+    evaluations of `f` per Newton iteration and 2 more (`f(t0, y0)`, the second
+    filtering) for the error estimate. Derivatives by the implicit function
+    theorem on the stage system (one `3n x 3n` dense solve per step in reverse mode),
+    so every adjoint and forward mode work. diffrax has no Radau method.
+
+    Constructed like the ESDIRKs: `RadauIIA5(rtol=1e-10, atol=1e-12, max_iters=10)`
+    or `RadauIIA5(root_finder=VeryChord(rtol=1e-8, atol=1e-10),
+    root_find_max_steps=10)` (the defaults; effective Newton tolerances `1e-10`,
+    `1e-12`). Keep them well below the step-size controller's: for controller
+    tolerances under about `1e-9`, pass tighter ones.
+
+    Dense output: the collocation polynomial (order 3 inside a step; the steps' ends
+    are order 5).
+
+    References:
+        E. Hairer & G. Wanner, *Solving Ordinary Differential Equations II*, 2nd ed.,
+        Springer, 1996, IV.5 (Radau IIA), IV.8 (RADAU5: the transformed Newton
+        iteration, the error estimate (8.19)-(8.20)).
+    """
+
+    def order(self, terms) -> int:
+        return RADAU_IIA5.order
+
+    def error_order(self, terms) -> int:
+        """4: the estimate compares with an embedded method of order 3, so it is
+        `O(h^4)` (RADAU5 takes `err^(1/4)` too)."""
+        return RADAU_IIA5.embedded_order + 1
+
+    @property
+    def evals_per_step(self) -> int:
+        """A lower bound: `f(t0, y0)`, 3 per Newton iteration (at least one), and one
+        for the second filtering of the error estimate. (The Jacobian costs `n`
+        forward-mode products more.)"""
+        return 5
+
+    def init(self, term, t0, y0, args):
+        """No state is carried between steps (see the module docstring): `()`."""
+        return ()
+
+    def step(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
+        tableau, flat = RADAU_IIA5, la.flatten(term, y0, args)
+        h = dt.astype(flat.y.dtype)
+        f0 = flat.f(t0, flat.y)
+        frozen = la.flatten(*la.stop_gradients((term, y0, args)))
+        jac = la.jacobian(frozen.f, la.stop_gradients(t0), frozen.y)
+        whole = 3 * flat.y.shape[0] <= PLAIN_UNKNOWNS
+        system = newton_system(tableau, jac, la.stop_gradients(h), whole=whole)
+        times = [t0 + c * dt for c in tableau.c]
+        options = NewtonOptions(self.rtol, self.atol, self.max_iters)
+        guess = starting_stages(tableau, la.stop_gradients(h), la.stop_gradients(f0))
+        z, converged = solve_stages(tableau, flat, times, h, system, guess, options)
+        y1 = jnp.where(converged, flat.y + z[-1], jnp.nan)
+        error = error_estimate(tableau, flat, t0, h, f0, z, system)
+        error = jnp.where(converged, error, jnp.inf)
+        coeffs = None
+        if dense:
+            rows = jnp.asarray(tableau.dense, z.dtype) @ z
+            coeffs = la.unravel_rows(flat, rows)
+        failure = jnp.where(converged, RESULTS.successful, RESULTS.implicit_solve_failed)
+        return StepOutput(flat.unravel(y1), flat.unravel(error), (), coeffs, failure)
