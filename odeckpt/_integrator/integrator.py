@@ -201,12 +201,17 @@ class Integrator(eqx.Module):
         return (state.t < problem.t1) & (state.result == RESULTS.successful)
 
     def compress(self, state: State) -> Checkpoint:
+        """The checkpoint of `state`: its solver state only where `init` cannot rebuild
+        it (`AbstractSolver.state_rebuildable`)."""
         rest = {k: v for k, v in vars(state).items() if k not in ("y", "solver_state")}
-        return Checkpoint(state.y, pack(rest))
+        kept = None if self.solver.state_rebuildable else state.solver_state
+        return Checkpoint(state.y, pack(rest), kept)
 
     def restore(self, problem: Problem, ckpt: Checkpoint) -> State:
         rest = unpack(ckpt.rest)
-        solver_state = self.solver.init(problem.term, rest["t"], ckpt.y, problem.args)
+        solver_state = ckpt.solver_state
+        if self.solver.state_rebuildable:
+            solver_state = self.solver.init(problem.term, rest["t"], ckpt.y, problem.args)
         return State(y=ckpt.y, solver_state=solver_state, **rest)
 
     def body(self) -> LoopBody:
