@@ -116,6 +116,13 @@ class AbstractSolver(eqx.Module, **_METACLASS):
     def step(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
         """Attempt one step of size `dt`; `dense=False` may skip the dense output."""
 
+    @property
+    def reversible(self) -> bool:
+        """Whether this solver's own steps can be undone (`AbstractReversibleSolver`'s
+        `reverse_step`). A wrapper answers for itself: `HalfSolver(ReversibleHeun())`
+        is not reversible, though `isinstance` looks through it."""
+        return False
+
 
 class AbstractReversibleSolver(AbstractSolver):
     """A solver whose step can be undone algebraically: from the state after a step
@@ -123,6 +130,10 @@ class AbstractReversibleSolver(AbstractSolver):
     exactly up to round-off, without storing it. `BacksolveAdjoint()` (without
     `solver=`) uses it to reconstruct the forward states backwards and differentiate
     the solver's own steps in O(1) memory."""
+
+    @property
+    def reversible(self) -> bool:
+        return True
 
     @abc.abstractmethod
     def reverse_step(self, term, t0, dt, y1, solver_state, args) -> tuple[Y, PyTree]:
