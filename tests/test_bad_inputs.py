@@ -360,6 +360,13 @@ ADJOINTS = [
                                          stepsize_controller=oc.ClipStepSizeController(
                                              oc.ConstantStepSize(), jump_ts=[0.45]),
                                          adjoint=oc.BacksolveAdjoint()).ys.sum(), Y0)),
+    Case("`BacksolveAdjoint()` of `ReversibleHeun`, reconstruction drifted",
+         "equinox.EquinoxRuntimeError",
+         "`BacksolveAdjoint()`: reconstructing the forward states of ReversibleHeun backwards "
+         "with its inverse step did not return to `y0`",
+         lambda: _grad(lambda y0: _solve(lambda t, y, a: -5.0 * y, solver=oc.ReversibleHeun(),
+                                         y0=y0, t1=5.0, dt0=0.01, max_steps=600,
+                                         adjoint=oc.BacksolveAdjoint()).ys.sum(), Y0)),
     Case("`jax.grad` with `ForwardMode()` (JAX's message)", "ValueError",
          "Reverse-mode differentiation does not work for lax.while_loop",
          lambda: _grad(lambda y0: _solve(y0=y0, adjoint=oc.ForwardMode()).ys.sum(), Y0)),

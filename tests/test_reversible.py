@@ -108,6 +108,19 @@ def test_vmap_and_float32():
     np.testing.assert_allclose(got, want, rtol=1e-4)
 
 
+def test_drifted_reconstruction_gives_nan_without_throw():
+    """On a damped mode the inverse steps amplify round-off (here the reconstructed `y0`
+    is off by O(1)): the gradient is NaN with `throw=False` (the error with `throw=True`
+    is in `tests/test_bad_inputs.py`)."""
+
+    def loss(y0):
+        sol = oc.diffeqsolve(lambda t, y, a: -5.0 * y, oc.ReversibleHeun(), 0.0, 5.0, 0.01, y0,
+                             adjoint=oc.BacksolveAdjoint(), throw=False, max_steps=600)  # fmt: skip
+        return sol.ys.sum()
+
+    assert np.all(np.isnan(jax.grad(loss)(jnp.asarray(Y0))))
+
+
 def _temp_bytes(adjoint, num_steps: int, size: int = 4096) -> int:
     """Compiled temporary memory of the gradient of a solve of `num_steps` steps."""
 

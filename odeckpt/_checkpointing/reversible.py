@@ -8,7 +8,9 @@ final state and, for steps n-1, ..., 0, reconstructs the state the step started 
 does (`reverse.reverse_step`: one `jax.vjp` of the step under its recorded decisions,
 plus the cotangents of the outputs it wrote). The gradient is the checkpointed loop's,
 up to the round-off of the reconstruction, with two states in memory (the one in
-hand and its cotangent) whatever the number of steps.
+hand and its cotangent) whatever the number of steps. Where the reconstruction of the
+initial state has drifted from it (`Inverse.drifted`: the inverse steps amplified
+round-off), the cotangents are NaN, or `Inverse.message` is raised.
 """
 
 import equinox as eqx
@@ -119,4 +121,15 @@ def _reversible_bwd(residuals, grad_obj, perturbed, vjp_arg, body, inverse, max_
     zeros = tree_zeros_like(eqx.filter(problem, is_diff))
     init = batched_like(_Unwind(log.taken, final, zeros, ct_state), (log.taken, final, ct_state))
     out = lax.while_loop(lambda carry: carry.b > 0, step, init)
-    return out.ct_problem, out.ct_state
+    drifted = inverse.drifted(state0, out.state)
+    return _unless_drifted(inverse, drifted, (out.ct_problem, out.ct_state))
+
+
+def _unless_drifted(inverse: Inverse, drifted, cotangents):
+    """The cotangents, or NaN (or `inverse.message` raised) where the reconstruction
+    of the initial state drifted from it."""
+    nan = lambda x: jnp.where(drifted, jnp.nan, x)  # noqa: E731
+    cotangents = jax.tree.map(nan, cotangents)
+    if inverse.message is None:
+        return cotangents
+    return eqx.error_if(cotangents, drifted, inverse.message)

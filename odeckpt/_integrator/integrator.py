@@ -213,10 +213,12 @@ class Integrator(eqx.Module):
             solver_state = self.solver.init(problem.term, rest["t"], ckpt.y, problem.args)
         return State(y=ckpt.y, solver_state=solver_state, **rest)
 
-    def inverse(self) -> Inverse:
+    def inverse(self, message: str | None = None) -> Inverse:
         """Each step's inverse, for a reversible solver (`AbstractReversibleSolver`):
-        what `reversible_loop` reconstructs the states with."""
-        return Inverse(scalars=_scalars, undo=self._undo)
+        what `reversible_loop` reconstructs the states with. `message`: raised where the
+        reconstructed `y0` is off by more than `sqrt(eps) (1 + max |y0|)` in some leaf
+        (`None`: the gradient is NaN there)."""
+        return Inverse(scalars=_scalars, undo=self._undo, drifted=_drifted, message=message)
 
     def _undo(self, problem: Problem, new: State, scalars, decisions: RecordedDecisions):
         """The state the step to `new` started from: its scalars as recorded, `y` and the
@@ -268,6 +270,19 @@ class Integrator(eqx.Module):
         output (a step is otherwise the same). For a loop that keeps the polynomials
         itself and writes the outputs of `self` (the continuous adjoints' tape)."""
         return dataclasses.replace(self, save_dense=True)
+
+
+def _drifted(state0: State, state: State) -> jax.Array:
+    """Whether `state.y` is off `state0.y` by more than `sqrt(eps) (1 + max |y0|)` in
+    some leaf (`eps` of the leaf's dtype)."""
+
+    def off(a, b):
+        tol = jnp.sqrt(jnp.finfo(b.dtype).eps)
+        big = jnp.max(jnp.abs(b), initial=0.0)
+        return jnp.max(jnp.abs(a - b), initial=0.0) > tol * (1 + big)
+
+    return jnp.any(jnp.stack([jnp.asarray(False), *map(off, jax.tree.leaves(state.y),
+                                                       jax.tree.leaves(state0.y))]))  # fmt: skip
 
 
 def _scalars(state: State):

@@ -14,6 +14,16 @@ from .base import AbstractContinuousAdjoint, ceil_div
 from .sweep import Sweep, sweep_to
 from .tape import TapePlan
 
+_DRIFTED = (
+    "`BacksolveAdjoint()`: reconstructing the forward states of {} backwards with its "
+    "inverse step did not return to `y0` (off by more than sqrt(eps) relatively): the "
+    "inverse steps amplified round-off, as a reversible method does on damped modes. "
+    "Use `CheckpointAdjoint()`, or `BacksolveAdjoint(solver=Tsit5())` for the "
+    "continuous adjoint."
+)
+"""The message `BacksolveAdjoint()` of a reversible solver raises (`throw=True`) where
+its reconstruction of `y0` drifted."""
+
 
 class BacksolveAdjoint(AbstractContinuousAdjoint):
     """Continuous adjoint that integrates `y` backwards alongside the adjoint.
@@ -38,9 +48,10 @@ class BacksolveAdjoint(AbstractContinuousAdjoint):
     `seminorm` and `divergence_tol` do not apply; `stepsize_controller` is refused
     (pass `solver=Tsit5()` for the continuous adjoint), and so are jumps of the vector
     field (`jump_ts`: the solver restarts there, which its inverse cannot undo). The
-    reconstruction is as stable backwards as the method is forwards: for
-    `ReversibleHeun`, non-dissipative problems (McCallum & Foster 2024 discuss the
-    stability of reversible methods).
+    inverse steps amplify round-off where the forward steps damp a mode (a reversible
+    method is for non-dissipative problems; McCallum & Foster 2024 discuss its
+    stability): where the reconstructed `y0` is off the true one by more than
+    `sqrt(eps) (1 + max |y0|)`, the backward pass raises (`throw=True`) or returns NaN.
 
     Integrating a damped system backwards is unstable (a mode decaying at rate
     1000 grows by e^1000 per time unit backwards). At every anchor the backward `y`
@@ -124,7 +135,9 @@ class BacksolveAdjoint(AbstractContinuousAdjoint):
                 "field (`jump_ts`: the solver restarts there). Use `CheckpointAdjoint()`, "
                 "or `BacksolveAdjoint(solver=Tsit5())` for the continuous adjoint."
             )
-        return reversible_loop(integrator.body(), integrator.inverse(), problem, state0, max_steps)
+        message = _DRIFTED.format(type(solver).__name__) if self.throw else None
+        inverse = integrator.inverse(message)
+        return reversible_loop(integrator.body(), inverse, problem, state0, max_steps)
 
     def diverged(self, sw: Sweep) -> jax.Array:
         return ~(sw.worst <= self.divergence_tol)
