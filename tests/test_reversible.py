@@ -108,6 +108,50 @@ def test_vmap_and_float32():
     np.testing.assert_allclose(got, want, rtol=1e-4)
 
 
+H = np.array([[1.0, 0.3 - 0.2j], [0.3 + 0.2j, -0.5]])  # Hermitian
+
+
+def _complex_field(t, y, args):
+    """The Schrödinger equation with a nonlinear phase (not holomorphic)."""
+    linear = jnp.asarray(-1j * H, y.dtype) @ y * args.astype(y.dtype)
+    return linear + 0.1j * (jnp.abs(y) ** 2).astype(y.dtype) * y
+
+
+def test_complex_state():
+    """A real loss of a complex state: gradients with respect to the complex `y0` (JAX's
+    convention) and the real `args` agree with CheckpointAdjoint's to 1e-10."""
+
+    def loss(adjoint):
+        def fn(y0, args):
+            sol = oc.diffeqsolve(_complex_field, oc.ReversibleHeun(), 0.0, 2.0, 0.02, y0, args,
+                                 adjoint=adjoint, saveat=oc.SaveAt(ts=jnp.linspace(0.0, 2.0, 4)),
+                                 max_steps=128)  # fmt: skip
+            return jnp.sum(jnp.abs(sol.ys) ** 2 * jnp.arange(1.0, 3.0)[None, :]) + jnp.sum(
+                sol.ys.real
+            )
+
+        return jax.grad(fn, (0, 1))
+
+    args = (jnp.asarray([1.0 + 0.2j, 0.5j]), jnp.asarray(0.7))
+    got, want = loss(oc.BacksolveAdjoint())(*args), loss(oc.CheckpointAdjoint())(*args)
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        assert g.dtype == w.dtype
+        np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.slow
+def test_strict_promotion_gives_standard_results_bit_for_bit():
+    loss = _loss(oc.BacksolveAdjoint(), CONTROLS["pid"], 3.0, SAVES["ts"], jnp.float32)
+    args = (jnp.asarray(Y0, jnp.float32), jnp.float32(1.5), jnp.float32(0.0))
+    with jax.numpy_dtype_promotion("standard"):
+        expected = jax.value_and_grad(loss, (0, 1, 2))(*args)
+    with jax.numpy_dtype_promotion("strict"):
+        got = jax.value_and_grad(loss, (0, 1, 2))(*args)
+    for g, e in zip(jax.tree.leaves(got), jax.tree.leaves(expected), strict=True):
+        assert g.dtype == e.dtype == jnp.float32
+        np.testing.assert_array_equal(g, e)
+
+
 def test_drifted_reconstruction_gives_nan_without_throw():
     """On a damped mode the inverse steps amplify round-off (here the reconstructed `y0`
     is off by O(1)): the gradient is NaN with `throw=False` (the error with `throw=True`
