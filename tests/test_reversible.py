@@ -44,8 +44,9 @@ SAVES = {
     "ts": lambda t0, t1: oc.SaveAt(ts=jnp.linspace(t0, t1, 6)[1:-1]),
     "steps-fn": lambda t0, t1: oc.SaveAt(steps=True, fn=lambda t, y, args: jnp.sin(y)),
 }
+# The default run: adaptive steps here, constant steps in the neural ODE's test.
 CASES = [
-    ("constant", 0.0, 3.0, "t1"),
+    pytest.param("constant", 0.0, 3.0, "t1", marks=pytest.mark.slow),
     ("pid", 0.0, 3.0, "ts"),
     pytest.param("constant", 3.0, 0.0, "ts", marks=pytest.mark.slow),
     pytest.param("pid", 3.0, 0.0, "steps-fn", marks=pytest.mark.slow),

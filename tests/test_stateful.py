@@ -180,7 +180,7 @@ def _exact_linear_grad():
 
 CONTINUOUS_CASES = [
     _slow("LeapfrogMidpoint", "backsolve"),
-    ("LeapfrogMidpoint", "interpolating"),
+    _slow("LeapfrogMidpoint", "interpolating"),
     _slow("LeapfrogMidpoint", "interpolating-checkpoints"),
     _slow("ReversibleHeun", "backsolve"),
     _slow("ReversibleHeun", "interpolating"),
