@@ -42,6 +42,7 @@ REGISTRY = {
     "stiff": "bench_stiff",
     "radau": "bench_radau",
     "xla_cpu": "bench_xla_cpu",
+    "reversible": "bench_reversible",
 }
 
 # Full mode's time limit on an idle 2-core CPU, and each section's share of it in seconds:
@@ -64,6 +65,7 @@ FULL_BUDGET_SECONDS = {
     "stiff": 300,
     "radau": 360,
     "xla_cpu": 120,
+    "reversible": 90,
 }
 
 _BLOCK = re.compile(r"<!-- section:(\w+) -->\n.*?<!-- /section:\1 -->\n", re.S)

@@ -363,6 +363,20 @@ ADJOINTS = [
     Case("continuous adjoint with a non-adaptive adjoint controller", "ValueError",
          "`BacksolveAdjoint(stepsize_controller=...)` must be an adaptive controller",
          lambda: oc.BacksolveAdjoint(stepsize_controller=oc.ConstantStepSize())),
+    Case("`BacksolveAdjoint()` of `ReversibleHeun` across `jump_ts`", "ValueError",
+         "`BacksolveAdjoint()` reconstructs the states of ReversibleHeun backwards with its "
+         "inverse step, which cannot cross a jump of the vector field",
+         lambda: _grad(lambda y0: _solve(y0=y0, solver=oc.ReversibleHeun(),
+                                         stepsize_controller=oc.ClipStepSizeController(
+                                             oc.ConstantStepSize(), jump_ts=[0.45]),
+                                         adjoint=oc.BacksolveAdjoint()).ys.sum(), Y0)),
+    Case("`BacksolveAdjoint()` of `ReversibleHeun`, reconstruction drifted",
+         "equinox.EquinoxRuntimeError",
+         "`BacksolveAdjoint()`: reconstructing the forward states of ReversibleHeun backwards "
+         "with its inverse step did not return to `y0`",
+         lambda: _grad(lambda y0: _solve(lambda t, y, a: -5.0 * y, solver=oc.ReversibleHeun(),
+                                         y0=y0, t1=5.0, dt0=0.01, max_steps=600,
+                                         adjoint=oc.BacksolveAdjoint()).ys.sum(), Y0)),
     Case("`jax.grad` with `ForwardMode()` (JAX's message)", "ValueError",
          "Reverse-mode differentiation does not work for lax.while_loop",
          lambda: _grad(lambda y0: _solve(y0=y0, adjoint=oc.ForwardMode()).ys.sum(), Y0)),

@@ -29,7 +29,13 @@ Words: a step is *replayed* when it is run again with its recorded decisions (th
 backward pass's advances and reversals); the backward pass *advances* the state in
 hand from a checkpoint towards the next step to reverse.
 
+`reversible_loop` is `forward_loop` with the same reversal of each step, but the
+state a step started from is reconstructed from the state after it by the step's
+algebraic inverse (`Inverse`), so that no state is stored: O(1) states, and a few
+scalars per step (its recorded decisions and what its inverse needs).
+
 Modules: `body` (the bodies and records), `forward` (`forward_loop`, output writing),
+`reversible` (`reversible_loop`),
 `window` (window sizing), `reverse` (one step reversed or replayed), `checkpointed`
 (the custom VJP and its forward passes), `backward` (its backward passes), `plan` (the
 traced ports of the schedule decisions).
@@ -39,9 +45,11 @@ from .body import (
     AbstractForwardBody as AbstractForwardBody,
     Emitter as Emitter,
     ForwardBody as ForwardBody,
+    Inverse as Inverse,
     LoopBody as LoopBody,
     LoopOutput as LoopOutput,
 )
 from .checkpointed import checkpointed_loop as checkpointed_loop
 from .forward import forward_loop as forward_loop, forward_only_loop as forward_only_loop
+from .reversible import reversible_loop as reversible_loop
 from .window import SMALL_STATE_BYTES as SMALL_STATE_BYTES

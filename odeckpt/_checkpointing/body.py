@@ -51,6 +51,26 @@ class LoopBody(AbstractForwardBody):
     progress: Callable | None = eqx.field(static=True, default=None)
 
 
+class Inverse(eqx.Module):
+    """What `reversible_loop` needs besides a `LoopBody`: each step's inverse. All
+    static.
+
+    Attributes:
+        scalars: `state -> record`: what the inverse of the step from `state` needs
+            besides the state after it (a few scalars, recorded every step).
+        undo: `(problem, new_state, record, decisions) -> state`: the state the step to
+            `new_state` started from, reconstructed (exactly up to round-off).
+        drifted: `(state0, reconstructed) -> bool`: whether the reconstruction of the
+            initial state has left it (the inverse steps amplified round-off).
+        message: raised (at run time) when it has; `None`: the cotangents are NaN.
+    """
+
+    scalars: Callable = eqx.field(static=True)
+    undo: Callable = eqx.field(static=True)
+    drifted: Callable = eqx.field(static=True)
+    message: str | None = eqx.field(static=True, default=None)
+
+
 class LoopOutput(eqx.Module):
     """The final state, the output buffers (one per emitter), and the steps taken."""
 

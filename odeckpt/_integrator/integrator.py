@@ -14,10 +14,10 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from odeckpt._checkpointing import SMALL_STATE_BYTES, Emitter, LoopBody
+from odeckpt._checkpointing import SMALL_STATE_BYTES, Emitter, Inverse, LoopBody
 from odeckpt._controllers import ControllerState, Decision, stretched_to_end
-from odeckpt._core import RESULTS, Y, all_finite, pack, unpack
-from odeckpt._solvers import AbstractSolver, DenseStep
+from odeckpt._core import RESULTS, Y, all_finite, batch_cond, pack, unpack
+from odeckpt._solvers import AbstractReversibleSolver, AbstractSolver, DenseStep
 
 from . import outputs as _outputs
 from .outputs import Outputs, SaveLayout
@@ -201,13 +201,38 @@ class Integrator(eqx.Module):
         return (state.t < problem.t1) & (state.result == RESULTS.successful)
 
     def compress(self, state: State) -> Checkpoint:
-        rest = {k: v for k, v in vars(state).items() if k not in ("y", "solver_state")}
-        return Checkpoint(state.y, pack(rest))
+        """The checkpoint of `state`: its solver state only where `init` cannot rebuild
+        it (`AbstractSolver.state_rebuildable`)."""
+        kept = None if self.solver.state_rebuildable else state.solver_state
+        return Checkpoint(state.y, _scalars(state), kept)
 
     def restore(self, problem: Problem, ckpt: Checkpoint) -> State:
         rest = unpack(ckpt.rest)
-        solver_state = self.solver.init(problem.term, rest["t"], ckpt.y, problem.args)
+        solver_state = ckpt.solver_state
+        if self.solver.state_rebuildable:
+            solver_state = self.solver.init(problem.term, rest["t"], ckpt.y, problem.args)
         return State(y=ckpt.y, solver_state=solver_state, **rest)
+
+    def inverse(self, message: str | None = None) -> Inverse:
+        """Each step's inverse, for a reversible solver (`AbstractReversibleSolver`):
+        what `reversible_loop` reconstructs the states with. `message`: raised where the
+        reconstructed `y0` is off by more than `sqrt(eps) (1 + max |y0|)` in some leaf
+        (`None`: the gradient is NaN there)."""
+        return Inverse(scalars=_scalars, undo=self._undo, drifted=_drifted, message=message)
+
+    def _undo(self, problem: Problem, new: State, scalars, decisions: RecordedDecisions):
+        """The state the step to `new` started from: its scalars as recorded, `y` and the
+        solver state by the solver's `reverse_step` (unchanged by a rejected step)."""
+        solver, rest = self.solver, unpack(scalars)
+        assert isinstance(solver, AbstractReversibleSolver)
+
+        def undone(t, t_next, y, k):
+            return solver.reverse_step(problem.term, t, t_next - t, y, k, problem.args)
+
+        kept = lambda t, t_next, y, k: (y, k)  # noqa: E731
+        operands = (rest["t"], rest["t_next"], new.y, new.solver_state)
+        y, k = batch_cond(decisions.accepted, undone, kept, *operands)
+        return State(y=y, solver_state=k, **rest)
 
     def body(self) -> LoopBody:
         return LoopBody(
@@ -245,6 +270,24 @@ class Integrator(eqx.Module):
         output (a step is otherwise the same). For a loop that keeps the polynomials
         itself and writes the outputs of `self` (the continuous adjoints' tape)."""
         return dataclasses.replace(self, save_dense=True)
+
+
+def _drifted(state0: State, state: State) -> jax.Array:
+    """Whether `state.y` is off `state0.y` by more than `sqrt(eps) (1 + max |y0|)` in
+    some leaf (`eps` of the leaf's dtype)."""
+
+    def off(a, b):
+        tol = jnp.sqrt(jnp.finfo(b.dtype).eps)
+        big = jnp.max(jnp.abs(b), initial=0.0)
+        return jnp.max(jnp.abs(a - b), initial=0.0) > tol * (1 + big)
+
+    return jnp.any(jnp.stack([jnp.asarray(False), *map(off, jax.tree.leaves(state.y),
+                                                       jax.tree.leaves(state0.y))]))  # fmt: skip
+
+
+def _scalars(state: State):
+    """The state less `y` and the solver state, packed (see `odeckpt._core.pack`)."""
+    return pack({k: v for k, v in vars(state).items() if k not in ("y", "solver_state")})
 
 
 _LIGHT_REPLAY_BYTES = SMALL_STATE_BYTES

@@ -39,7 +39,7 @@ class State(eqx.Module):
     t: jax.Array  # current time
     t_next: jax.Array  # end of the next attempted step
     y: Y
-    solver_state: PyTree  # e.g. f(t, y) for Runge–Kutta: recomputed on restore
+    solver_state: PyTree  # e.g. f(t, y) for Runge–Kutta (see `Checkpoint`)
     controller: ControllerState
     counts: jax.Array  # int32 (num_accepted, num_rejected, result, made_jump)
 
@@ -64,11 +64,14 @@ class State(eqx.Module):
 
 
 class Checkpoint(eqx.Module):
-    """What a checkpoint stores: the state less `solver_state` (recomputed on restore),
-    its scalars packed into a few vectors (see `odeckpt._core.pack`)."""
+    """What a checkpoint stores: `y` and the state's scalars packed into a few vectors
+    (see `odeckpt._core.pack`); `solver_state` only for a solver whose state `init`
+    cannot rebuild (`AbstractSolver.state_rebuildable`), else `None` (recomputed on
+    restore, so a checkpoint costs one `y`)."""
 
     y: Y
     rest: Packed  # t, t_next, controller, counts
+    solver_state: PyTree = None
 
 
 class Problem(eqx.Module):

@@ -16,9 +16,12 @@
   stiff solvers.
 - `partitioned`: `SemiImplicitEuler`, for a tuple of terms (`PartitionedTerm`).
 - `half`: `HalfSolver`, an error estimate for any solver from two half steps.
+- `leapfrog_midpoint`, `reversible_heun`: solvers that carry state `init` cannot
+  rebuild (`LeapfrogMidpoint`'s previous point; `ReversibleHeun`'s `yhat`, which also
+  makes its step algebraically reversible: `AbstractReversibleSolver.reverse_step`).
 - `dense`: `DenseStep`, the per-step dense-output polynomial, and cubic Hermite.
 
-`EXPLICIT` and `STIFF` are the registries of the concrete solvers; the tests read them.
+`EXPLICIT`, `STIFF` and `STATEFUL` are the registries of the concrete solvers; the tests read them.
 Adding an explicit Runge–Kutta method touches exactly: its own module
 `odeckpt/_solvers/explicit/<method>.py`, this file (one import line and one entry in
 `EXPLICIT`), and one export line in `odeckpt/__init__.py`.
@@ -28,12 +31,17 @@ from .base import (
     AbstractAdaptiveSolver as AbstractAdaptiveSolver,
     AbstractImplicitSolver as AbstractImplicitSolver,
     AbstractItoSolver as AbstractItoSolver,
+    AbstractReversibleSolver as AbstractReversibleSolver,
     AbstractSolver as AbstractSolver,
     AbstractStratonovichSolver as AbstractStratonovichSolver,
     AbstractWrappedSolver as AbstractWrappedSolver,
     StepOutput as StepOutput,
 )
-from .dense import DenseStep as DenseStep, hermite_coeffs as hermite_coeffs
+from .dense import (
+    DenseStep as DenseStep,
+    hermite_coeffs as hermite_coeffs,
+    linear_coeffs as linear_coeffs,
+)
 from .esdirk import (
     AbstractESDIRK as AbstractESDIRK,
     Kvaerno3 as Kvaerno3,
@@ -50,9 +58,11 @@ from .explicit.ralston import Ralston as Ralston
 from .explicit.tsit5 import Tsit5 as Tsit5
 from .half import HalfSolver as HalfSolver
 from .implicit_euler import ImplicitEuler as ImplicitEuler
+from .leapfrog_midpoint import LeapfrogMidpoint as LeapfrogMidpoint
 from .newton_settings import AbstractNewtonSolver as AbstractNewtonSolver
 from .partitioned import SemiImplicitEuler as SemiImplicitEuler
 from .radau import RadauIIA5 as RadauIIA5
+from .reversible_heun import ReversibleHeun as ReversibleHeun
 from .rosenbrock import (
     AbstractRosenbrock as AbstractRosenbrock,
     Rodas5P as Rodas5P,
@@ -94,3 +104,7 @@ STIFF: tuple[type[AbstractSolver], ...] = (
 )
 """The stiff solvers: Rosenbrock, then the Newton-based ones (ESDIRK, Radau IIA; the
 tests parametrise over it)."""
+
+STATEFUL: tuple[type[AbstractSolver], ...] = (LeapfrogMidpoint, ReversibleHeun)
+"""The solvers whose state a checkpoint stores (`state_rebuildable` false): multistep
+and reversible methods (the tests parametrise over it)."""

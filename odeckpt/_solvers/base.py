@@ -98,13 +98,47 @@ class AbstractSolver(eqx.Module, **_METACLASS):
 
     @abc.abstractmethod
     def init(self, term: AbstractTerm, t0, y0: Y, args: Args) -> PyTree:
-        """The solver state at `(t0, y0)`, carried between steps and recomputed from
-        `(t, y)` when a checkpoint is restored (Runge–Kutta: the first stage
-        `f(t0, y0)`; `()` for a method that carries nothing)."""
+        """The solver state at `(t0, y0)`, carried between steps (Runge–Kutta: the
+        first stage `f(t0, y0)`; `()` for a method that carries nothing). Also the
+        state after a jump of the vector field (`ClipStepSizeController(jump_ts=...)`):
+        the solve restarts there, as from an initial value."""
+
+    @property
+    def state_rebuildable(self) -> bool:
+        """Whether `init(term, t, y, args)` rebuilds, bit for bit, the state that the
+        steps carry to `(t, y)` (true of one-step methods: Runge–Kutta's first stage is
+        `f(t, y)`). A checkpoint then stores `y` alone and recomputes the state; for a
+        solver whose state holds its past (`LeapfrogMidpoint`'s previous point,
+        `ReversibleHeun`'s `yhat`) a checkpoint stores the state too."""
+        return True
 
     @abc.abstractmethod
     def step(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
         """Attempt one step of size `dt`; `dense=False` may skip the dense output."""
+
+    @property
+    def reversible(self) -> bool:
+        """Whether this solver's own steps can be undone (`AbstractReversibleSolver`'s
+        `reverse_step`). A wrapper answers for itself: `HalfSolver(ReversibleHeun())`
+        is not reversible, though `isinstance` looks through it."""
+        return False
+
+
+class AbstractReversibleSolver(AbstractSolver):
+    """A solver whose step can be undone algebraically: from the state after a step
+    (`y1` and the carried solver state) `reverse_step` recomputes the state before it,
+    exactly up to round-off, without storing it. `BacksolveAdjoint()` (without
+    `solver=`) uses it to reconstruct the forward states backwards and differentiate
+    the solver's own steps in O(1) memory."""
+
+    @property
+    def reversible(self) -> bool:
+        return True
+
+    @abc.abstractmethod
+    def reverse_step(self, term, t0, dt, y1, solver_state, args) -> tuple[Y, PyTree]:
+        """The inverse of `step(term, t0, dt, ...)`: `(y0, solver_state0)` from the
+        state `(y1, solver_state)` at `t0 + dt`."""
 
 
 class AbstractAdaptiveSolver(AbstractSolver):

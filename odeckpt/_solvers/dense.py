@@ -55,6 +55,11 @@ class DenseStep(eqx.Module):
         return jax.tree.map(leaf, self.coeffs)
 
 
+def linear_coeffs(y0: Y, y1: Y) -> Y:
+    """The straight line from `y0` to `y1` (diffrax's `LocalLinearInterpolation`)."""
+    return jax.tree.map(lambda a, b: (b - a)[None], y0, y1)
+
+
 def hermite_coeffs(y0: Y, y1: Y, f0: Y, f1: Y, dt) -> Y:
     """Cubic Hermite interpolation from values and derivatives at both ends."""
 

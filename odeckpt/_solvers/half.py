@@ -47,6 +47,10 @@ class HalfSolver(AbstractAdaptiveSolver, AbstractWrappedSolver):
     def init(self, term, t0, y0, args):
         return self.solver.init(term, t0, y0, args)
 
+    @property
+    def state_rebuildable(self) -> bool:
+        return self.solver.state_rebuildable
+
     def step(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
         half = dt / 2
         first = self.solver.step(term, t0, half, y0, solver_state, args, dense=False)

@@ -5,6 +5,7 @@ import numbers
 import jax
 
 from odeckpt._adjoints.base import DEFAULT_MEMORY_BUDGET, check_checkpoints
+from odeckpt._checkpointing import reversible_loop
 from odeckpt._controllers import AbstractLoopController
 from odeckpt._core import batch_size, nbytes
 from odeckpt._solvers import AbstractExplicitSolver
@@ -12,6 +13,16 @@ from odeckpt._solvers import AbstractExplicitSolver
 from .base import AbstractContinuousAdjoint, ceil_div
 from .sweep import Sweep, sweep_to
 from .tape import TapePlan
+
+_DRIFTED = (
+    "`BacksolveAdjoint()`: reconstructing the forward states of {} backwards with its "
+    "inverse step did not return to `y0` (off by more than sqrt(eps) relatively): the "
+    "inverse steps amplified round-off, as a reversible method does on damped modes. "
+    "Use `CheckpointAdjoint()`, or `BacksolveAdjoint(solver=Tsit5())` for the "
+    "continuous adjoint."
+)
+"""The message `BacksolveAdjoint()` of a reversible solver raises (`throw=True`) where
+its reconstruction of `y0` drifted."""
 
 
 class BacksolveAdjoint(AbstractContinuousAdjoint):
@@ -23,6 +34,24 @@ class BacksolveAdjoint(AbstractContinuousAdjoint):
     solution wherever one is stored: at every `SaveAt(ts=...)` and
     `SaveAt(steps=True)` output, and at every `max_steps // checkpoints`-th accepted
     step, so it is never integrated backwards further than one interval.
+
+    Of a reversible solver (`ReversibleHeun`, an `AbstractReversibleSolver`) and without
+    `solver=`, the backward pass is the discrete adjoint instead: it reconstructs the
+    forward states from the final one with the solver's inverse step
+    (`reverse_step`) and reverses each step there as `CheckpointAdjoint` does (one
+    `jax.vjp` of the step under its recorded decisions, adding the cotangents of the
+    outputs it wrote). The gradient is `CheckpointAdjoint`'s to round-off, with
+    respect to everything `CheckpointAdjoint` differentiates (`t0`, `t1`,
+    `SaveAt(ts)` and dense output included), with two states in memory plus a few
+    scalars per step (the decisions and step times, `max_steps` rows; adaptive steps
+    need them): no anchors, no adjoint ODE. `checkpoints`, `memory_budget`,
+    `seminorm` and `divergence_tol` do not apply; `stepsize_controller` is refused
+    (pass `solver=Tsit5()` for the continuous adjoint), and so are jumps of the vector
+    field (`jump_ts`: the solver restarts there, which its inverse cannot undo). The
+    inverse steps amplify round-off where the forward steps damp a mode (a reversible
+    method is for non-dissipative problems; McCallum & Foster 2024 discuss its
+    stability): where the reconstructed `y0` is off the true one by more than
+    `sqrt(eps) (1 + max |y0|)`, the backward pass raises (`throw=True`) or returns NaN.
 
     Integrating a damped system backwards is unstable (a mode decaying at rate
     1000 grows by e^1000 per time unit backwards). At every anchor the backward `y`
@@ -67,6 +96,10 @@ class BacksolveAdjoint(AbstractContinuousAdjoint):
         differential equations", NeurIPS.
         Kidger, Chen & Lyons (2021), "'Hey, that's not an ODE': faster ODE adjoints
         via seminorms", ICML.
+        Kidger, Foster, Li & Lyons (2021), "Efficient and accurate gradients for
+        neural SDEs", NeurIPS (reversible Heun; its exact backward pass).
+        McCallum & Foster (2024), "Efficient, accurate and stable gradients for neural
+        ODEs" (reversible methods from any explicit Runge–Kutta method).
     """
 
     solver: AbstractExplicitSolver | None = None
@@ -88,6 +121,23 @@ class BacksolveAdjoint(AbstractContinuousAdjoint):
 
     def integrates_y(self) -> bool:
         return True
+
+    def loop(self, integrator, problem, state0, max_steps):
+        solver = integrator.solver
+        if self.solver is not None or not solver.reversible:
+            return super().loop(integrator, problem, state0, max_steps)
+        if max_steps is None or self.stepsize_controller is not None:
+            return super().loop(integrator, problem, state0, max_steps)  # raises its error
+        if problem.controller.jump_times is not None:
+            raise ValueError(
+                f"`BacksolveAdjoint()` reconstructs the states of {type(solver).__name__} "
+                "backwards with its inverse step, which cannot cross a jump of the vector "
+                "field (`jump_ts`: the solver restarts there). Use `CheckpointAdjoint()`, "
+                "or `BacksolveAdjoint(solver=Tsit5())` for the continuous adjoint."
+            )
+        message = _DRIFTED.format(type(solver).__name__) if self.throw else None
+        inverse = integrator.inverse(message)
+        return reversible_loop(integrator.body(), inverse, problem, state0, max_steps)
 
     def diverged(self, sw: Sweep) -> jax.Array:
         return ~(sw.worst <= self.divergence_tol)

@@ -12,6 +12,8 @@ equinox module's weights; `diffeqsolve` closure-converts the vector field). Not
 supported, each with an error naming `CheckpointAdjoint`: gradients with respect to
 `t0`, `t1` or `SaveAt(ts=...)`, and through `SaveAt(dense=True)` outputs. Forward mode
 (`jax.jvp`) is not available through a custom VJP: use `ForwardMode`.
+(`BacksolveAdjoint()` of a reversible solver runs the discrete adjoint instead, the
+checkpointed loop's reversal on reconstructed states: `_checkpointing.reversible_loop`.)
 """
 
 import abc

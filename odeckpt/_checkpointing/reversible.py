@@ -1,0 +1,135 @@
+"""`reversible_loop`: `forward_loop` whose reverse mode reconstructs each state from
+the next one with the step's algebraic inverse, instead of storing it.
+
+The forward pass records, per step, its decisions (as the checkpointed loop does) and
+the scalars its inverse needs (`Inverse.scalars`). The backward pass starts from the
+final state and, for steps n-1, ..., 0, reconstructs the state the step started from
+(`Inverse.undo`) and reverses the step from there exactly as the checkpointed loop
+does (`reverse.reverse_step`: one `jax.vjp` of the step under its recorded decisions,
+plus the cotangents of the outputs it wrote). The gradient is the checkpointed loop's,
+up to the round-off of the reconstruction, with two states in memory (the one in
+hand and its cotangent) whatever the number of steps. Where the reconstruction of the
+initial state has drifted from it (`Inverse.drifted`: the inverse steps amplified
+round-off), the cotangents are NaN, or `Inverse.message` is raised.
+"""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from odeckpt._core import (
+    as_arrays,
+    batched_like,
+    materialize,
+    row,
+    set_row,
+    tree_add,
+    tree_zeros_like,
+    zero_rows,
+)
+
+from .body import Emitter, ForwardBody, Inverse, LoopBody, LoopOutput, StepShapes, step_shapes
+from .forward import empty_buffers, forward_loop
+from .reverse import is_diff, reverse_step
+
+
+class _Log(eqx.Module):
+    """What the forward pass records per step (`max_steps` rows each)."""
+
+    decisions: object  # what `body.decisions` recorded
+    scalars: object  # what `inverse.scalars` recorded, of the state the step started from
+    taken: jax.Array  # steps taken so far
+
+
+def reversible_loop(body: LoopBody, inverse: Inverse, problem, state0, max_steps: int):
+    """`forward_loop` whose reverse mode reverses each step from the state `inverse`
+    reconstructs (see the module docstring)."""
+    like = step_shapes(body, problem, state0)
+    return _reversible((problem, state0), body, inverse, max_steps, like)
+
+
+@eqx.filter_custom_vjp
+def _reversible(vjp_arg, body, inverse, max_steps, like):
+    problem, state0 = as_arrays(vjp_arg)
+    return forward_loop(body, problem, state0, max_steps)
+
+
+def _logging_body(body: LoopBody, inverse: Inverse) -> ForwardBody:
+    """`body` over the state `(state, log)`, recording each step into the log."""
+
+    def step(problem, carry):
+        state, log = carry
+        new, record, accepted = body.step(problem, state)
+        i = log.taken
+        log = _Log(
+            set_row(log.decisions, i, body.decisions(new, accepted)),
+            set_row(log.scalars, i, inverse.scalars(state)),
+            i + 1,
+        )
+        return (new, log), record, accepted
+
+    emitters = tuple(
+        Emitter(lambda p, s, n, e=e: e.span(p, s[0], n[0]), e.value, e.size) for e in body.emitters
+    )
+    progress = None
+    if body.progress is not None:
+        report = body.progress
+        progress = lambda problem, c0, c, i: report(problem, c0[0], c[0], i)  # noqa: E731
+    cond = lambda problem, carry: body.cond(problem, carry[0])  # noqa: E731
+    return ForwardBody(step=step, cond=cond, emitters=emitters, progress=progress)
+
+
+@_reversible.def_fwd
+def _reversible_fwd(perturbed, vjp_arg, body, inverse, max_steps, like: StepShapes):
+    problem, state0 = as_arrays(vjp_arg)
+    scalars = eqx.filter_eval_shape(inverse.scalars, state0)
+    log0 = _Log(
+        zero_rows(like.decisions, max_steps),
+        zero_rows(scalars, max_steps),
+        jnp.asarray(0, jnp.int32),
+    )
+    out = forward_loop(_logging_body(body, inverse), problem, (state0, log0), max_steps)
+    final, log = out.state
+    return LoopOutput(final, out.buffers, out.num_steps), (final, log)
+
+
+class _Unwind(eqx.Module):
+    """The carry of the backward pass."""
+
+    b: jax.Array  # steps b-1, ..., 0 remain to be reversed
+    state: object  # the state after step b-1 (reconstructed)
+    ct_problem: object  # of the problem's floating leaves, summed over the reversed steps
+    ct_state: object  # of `state`
+
+
+@_reversible.def_bwd
+def _reversible_bwd(residuals, grad_obj, perturbed, vjp_arg, body, inverse, max_steps, like):
+    problem, state0 = as_arrays(vjp_arg)
+    final, log = residuals
+    buffers_like = eqx.filter_eval_shape(empty_buffers, body, problem, like.record)
+    ct_state = eqx.filter(materialize(grad_obj.state, state0), is_diff)
+    ct_buffers = materialize(grad_obj.buffers, buffers_like)
+
+    def step(carry: _Unwind) -> _Unwind:
+        i = carry.b - 1
+        decisions = row(log.decisions, i)
+        state = inverse.undo(problem, carry.state, row(log.scalars, i), decisions)
+        d_problem, ct = reverse_step(body, problem, state, decisions, carry.ct_state, ct_buffers)
+        return _Unwind(i, state, tree_add(carry.ct_problem, d_problem), ct)
+
+    zeros = tree_zeros_like(eqx.filter(problem, is_diff))
+    init = batched_like(_Unwind(log.taken, final, zeros, ct_state), (log.taken, final, ct_state))
+    out = lax.while_loop(lambda carry: carry.b > 0, step, init)
+    drifted = inverse.drifted(state0, out.state)
+    return _unless_drifted(inverse, drifted, (out.ct_problem, out.ct_state))
+
+
+def _unless_drifted(inverse: Inverse, drifted, cotangents):
+    """The cotangents, or NaN (or `inverse.message` raised) where the reconstruction
+    of the initial state drifted from it."""
+    nan = lambda x: jnp.where(drifted, jnp.nan, x)  # noqa: E731
+    cotangents = jax.tree.map(nan, cotangents)
+    if inverse.message is None:
+        return cotangents
+    return eqx.error_if(cotangents, drifted, inverse.message)
