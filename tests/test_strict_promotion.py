@@ -153,3 +153,14 @@ def test_strict_promotion_gives_standard_results_bit_for_bit(name):
     for g, e in zip(jax.tree.leaves(got), jax.tree.leaves(expected), strict=True):
         assert g.dtype == e.dtype
         np.testing.assert_array_equal(g, e)
+
+
+def test_strict_promotion_without_jit():
+    """Outside `jit` (`jax.disable_jit()`, as diffrax's `test_no_jit`) JAX converts the
+    `RESULTS` codes the library compares with: they must stay weakly typed."""
+    controller = oc.PIDController(rtol=1e-5, atol=1e-5)
+    with jax.numpy_dtype_promotion("strict"), jax.disable_jit():
+        sol = oc.diffeqsolve(lambda t, y, a: -y, oc.Kvaerno4(), 0, 0.5, 1e-2, jnp.ones(1),
+                             stepsize_controller=controller)  # fmt: skip
+        assert sol.result == oc.RESULTS.successful
+    np.testing.assert_allclose(sol.ys[-1], np.exp(-0.5), rtol=1e-4)

@@ -65,6 +65,12 @@ class RESULTS(enum.IntEnum, metaclass=_Lookup):
     def message(self) -> str:
         return _MESSAGES[self]
 
+    def __jax_array__(self) -> jax.Array:
+        """The code as a weakly typed integer array, as a Python int converts (JAX sees
+        an `IntEnum` as a strong int64 outside `jit`, which strict promotion refuses to
+        compare with an int32 `Solution.result`)."""
+        return jnp.asarray(int(self))
+
     @property
     def _value(self) -> int:
         """The code as a Python int, as diffrax's `RESULTS.successful._value`."""
