@@ -21,10 +21,11 @@ from odeckpt._solvers import AbstractSolver
 from ._progress import AbstractProgressMeter, progress_callback
 from ._saveat import SaveAt, SubSaveAt, save_y, sub_saves
 from ._solution import Solution, build_solution
-from ._terms import ODETerm, as_term, time_reversed
+from ._terms import as_term, closure_converted, time_reversed
 from ._validate import (
     check_inputs,
     check_save_fns,
+    check_terms,
     check_times,
     check_values,
     check_vector_field,
@@ -84,6 +85,7 @@ def diffeqsolve(
     # (closure-converted) with them as arrays too.
     args = as_arrays(args)
     check_inputs(solver, stepsize_controller, adjoint, saveat, max_steps, dt0)
+    check_terms(solver, term)
     subs = sub_saves(saveat)[0]
     ts = tuple(sub.ts for sub in subs if sub.ts is not None and sub.ts.shape[0] > 0)
     check_times(t0, t1, dt0, ts)
@@ -100,7 +102,7 @@ def diffeqsolve(
     t0, t1 = jnp.asarray(t0, tdtype), jnp.asarray(t1, tdtype)
     sign, term = _in_internal_time(term, direction, t0, t1, tdtype)
     tau0, tau1 = t0 * sign, t1 * sign
-    term = ODETerm(eqx.filter_closure_convert(term.vf, tau0, y0, args))
+    term = closure_converted(term, tau0, y0, args)
     dt0 = None if dt0 is None else jnp.asarray(dt0, tdtype) * sign
     controller = stepsize_controller.for_solve(tau0, tau1, dt0, sign)
     saves = tuple(_save_request(sub, sign, tau0, y0, args) for sub in subs)

@@ -48,6 +48,11 @@ class AbstractTerm(eqx.Module, Generic[_VF, _Control]):
         del t0, t1, y, args
         return False
 
+    def parts(self) -> tuple["AbstractTerm", ...]:
+        """The terms whose sum `vf` is, for the solvers that treat them apart (the IMEX
+        methods: `MultiTerm(explicit, implicit)`): `(self,)` unless overridden."""
+        return (self,)
+
 
 def _times(control, v: jax.Array) -> jax.Array:
     """`control * v` in the dtype of a floating `v` (strict promotion allows no mixing);
@@ -75,11 +80,12 @@ class ODETerm(AbstractTerm[_VF, RealScalarLike]):
 class MultiTerm(AbstractTerm, Generic[_Terms]):
     """Several ODE terms solved as one: `dy/dt = sum_i terms[i].vf(t, y, args)`.
 
-    Every solver takes it: explicit ones and implicit ones (`Kvaerno3`, `Kvaerno5`,
-    `Ros3P`, `Rodas5P`) alike treat the sum as one vector field, so an implicit solver
-    treats every term implicitly (diffrax's IMEX solvers, which split them, are not in
-    odeckpt). Unlike diffrax's, whose `vf` returns the tuple of the terms' vector
-    fields, `vf` returns their sum (`contr` is `t1 - t0`, as for one ODE term).
+    The IMEX solvers (`KenCarp3`, `KenCarp4`, `KenCarp5`, `Sil3`) take
+    `MultiTerm(explicit, implicit)` and treat its first term explicitly, its second
+    implicitly (they ask for them with `parts()`). Every other solver treats the sum
+    as one vector field, so an implicit one (`Kvaerno5`, `Rodas5P`, ...) treats every
+    term implicitly. Unlike diffrax's, whose `vf` returns the tuple of the terms'
+    vector fields, `vf` returns their sum (`contr` is `t1 - t0`, as for one ODE term).
 
     Args:
         *terms: the terms, e.g. `MultiTerm(ODETerm(f), ODETerm(g))`.
@@ -94,6 +100,9 @@ class MultiTerm(AbstractTerm, Generic[_Terms]):
         parts = [term.vf(t, y, args) for term in self.terms]
         return jax.tree.map(lambda *leaves: sum(leaves[1:], leaves[0]), *parts)
 
+    def parts(self) -> tuple[AbstractTerm, ...]:
+        return tuple(self.terms)
+
 
 class _TimeReversed(AbstractTerm):
     """The term in reversed time tau = direction * t (integrates backwards in time)."""
@@ -104,6 +113,10 @@ class _TimeReversed(AbstractTerm):
     def vf(self, t, y, args):
         out = self.term.vf(self.direction * t, y, args)
         return jax.tree.map(lambda v: (self.direction * v).astype(v.dtype), out)
+
+    def parts(self) -> tuple[AbstractTerm, ...]:
+        """Each part of the wrapped term, in reversed time."""
+        return tuple(_TimeReversed(part, self.direction) for part in self.term.parts())
 
 
 def as_term(terms) -> AbstractTerm:
@@ -121,3 +134,12 @@ def as_term(terms) -> AbstractTerm:
 def time_reversed(term: AbstractTerm, direction) -> AbstractTerm:
     """`term` in the reversed time `tau = direction * t` (`direction` is +1 or -1)."""
     return _TimeReversed(term, jnp.asarray(direction))
+
+
+def closure_converted(term: AbstractTerm, t, y: Y, args: Args) -> AbstractTerm:
+    """`term` as `ODETerm`s whose vector fields are closure-converted at `(t, y, args)`
+    (`eqx.filter_closure_convert`, so that gradients reach the arrays they close over):
+    one per part (`AbstractTerm.parts`), in a `MultiTerm` when there are several, so the
+    solvers that treat the parts apart still can."""
+    parts = [ODETerm(eqx.filter_closure_convert(part.vf, t, y, args)) for part in term.parts()]
+    return parts[0] if len(parts) == 1 else MultiTerm(*parts)

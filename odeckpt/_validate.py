@@ -101,6 +101,20 @@ def check_inputs(solver, controller, adjoint, saveat, max_steps, dt0):
             raise ValueError(f"`{name}({tolerance}=...)` must be positive; got {value}.")
 
 
+def check_terms(solver, term) -> None:
+    """A solver that treats a term's parts apart (the IMEX methods) gets that many."""
+    want, got = solver.term_parts, len(term.parts())
+    if want is not None and got != want:
+        name = type(solver).__name__
+        raise ValueError(
+            f"`{name}` is an IMEX method: it takes `MultiTerm(explicit_term, "
+            f"implicit_term)` and treats the first term explicitly, the second implicitly; "
+            f"got {type(term).__name__} with {got} term(s). Pass e.g. "
+            "`MultiTerm(ODETerm(f_explicit), ODETerm(f_implicit))` (`ODETerm(lambda t, y, "
+            "args: jnp.zeros_like(y))` for a missing part)."
+        )
+
+
 def _check_type(value, cls, name, example):
     if not isinstance(value, cls):
         raise TypeError(

@@ -11,12 +11,13 @@
   `AbstractDIRK`, `AbstractSDIRK`), `AbstractExplicitSolver` and the one generic
   explicit step.
 - `explicit/`: one module per explicit method (its tableau and its final class).
-- `rosenbrock`, `esdirk` (with `newton`, `linalg`, `stiff_tableaux`, `verychord`): the
-  stiff solvers.
+- `rosenbrock`, `esdirk` (with `newton`, `newton_settings`, `linalg`, `stiff_tableaux`,
+  `verychord`): the stiff solvers; `imex` (with `imex_tableaux`): the IMEX additive
+  Runge–Kutta methods, for `MultiTerm(explicit, implicit)`.
 - `half`: `HalfSolver`, an error estimate for any solver from two half steps.
 - `dense`: `DenseStep`, the per-step dense-output polynomial, and cubic Hermite.
 
-`EXPLICIT` and `STIFF` are the registries of the concrete solvers; the tests read them.
+`EXPLICIT`, `STIFF` and `IMEX` are the registries of the concrete solvers; the tests read them.
 Adding an explicit Runge–Kutta method touches exactly: its own module
 `odeckpt/_solvers/explicit/<method>.py`, this file (one import line and one entry in
 `EXPLICIT`), and one export line in `odeckpt/__init__.py`.
@@ -42,6 +43,13 @@ from .explicit.midpoint import Midpoint as Midpoint
 from .explicit.ralston import Ralston as Ralston
 from .explicit.tsit5 import Tsit5 as Tsit5
 from .half import HalfSolver as HalfSolver
+from .imex import (
+    AbstractIMEX as AbstractIMEX,
+    KenCarp3 as KenCarp3,
+    KenCarp4 as KenCarp4,
+    KenCarp5 as KenCarp5,
+    Sil3 as Sil3,
+)
 from .rosenbrock import (
     AbstractRosenbrock as AbstractRosenbrock,
     Rodas5P as Rodas5P,
@@ -74,3 +82,6 @@ EXPLICIT: tuple[type[AbstractExplicitSolver], ...] = (
 
 STIFF: tuple[type[AbstractSolver], ...] = (Ros3P, Rodas5P, Kvaerno3, Kvaerno5)
 """The stiff solvers: Rosenbrock, then ESDIRK (the tests parametrise over it)."""
+
+IMEX: tuple[type[AbstractIMEX], ...] = (Sil3, KenCarp3, KenCarp4, KenCarp5)
+"""The IMEX solvers, for `MultiTerm(explicit, implicit)` (the tests parametrise over it)."""

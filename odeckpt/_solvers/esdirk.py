@@ -43,40 +43,23 @@ from . import linalg as la, stiff_tableaux as tab
 from .base import StepOutput
 from .dense import hermite_coeffs
 from .newton import NewtonOptions, Stage, solve_stage
+from .newton_settings import AbstractNewtonRK
 from .runge_kutta import AbstractDIRK, CalculateJacobian
-from .verychord import AbstractRootFinder, VeryChord
 
 if TYPE_CHECKING:  # a class variable each subclass sets (as diffrax declares it)
     from typing import ClassVar as AbstractClassVar
 else:
     from equinox import AbstractClassVar
 
-# The effective Newton tolerances when none are given (see `AbstractESDIRK`).
-_DEFAULT_RTOL, _DEFAULT_ATOL = 1e-10, 1e-12
-_DEFAULT_ROOT_FINDER = VeryChord(rtol=1e-8, atol=1e-10)
 
-
-class AbstractESDIRK(AbstractDIRK):
+class AbstractESDIRK(AbstractNewtonRK, AbstractDIRK):
     """A stiffly accurate ESDIRK method defined by its `tableau`.
 
     Constructed either the odeckpt way, `Kvaerno5(rtol=1e-10, atol=1e-12,
     max_iters=10)`, or diffrax's, `Kvaerno5(root_finder=VeryChord(rtol=1e-8,
-    atol=1e-10), root_find_max_steps=10)`; not both.
-
-    Attributes:
-        root_finder: a `VeryChord`: the stage iterations stop once their estimated
-            error is within `kappa (atol + rtol |z|)` (RMS over the state), i.e. within
-            the effective tolerances `rtol`, `atol` below. Default
-            `VeryChord(rtol=1e-8, atol=1e-10)` (kappa `1e-2`).
-        root_find_max_steps: iterations allowed per stage before the Jacobian is
-            refreshed (and, on a second failure, the step is rejected). Default 10.
-        scan_kind: accepted for compatibility with diffrax; changes nothing.
-
-    The effective tolerances (`rtol`, `atol`, and `max_iters`, the odeckpt spelling)
-    must be well below the step-size controller's, or Newton errors pollute the error
-    estimate and steps get rejected: the defaults suit controller tolerances down to
-    about `rtol = 1e-9`, `atol = 1e-11`. Both are raised to `100 eps` of the state's
-    dtype (see `newton.py`).
+    atol=1e-10), root_find_max_steps=10)`; not both. The settings (`root_finder`,
+    `root_find_max_steps`, `scan_kind`, and the effective `rtol`, `atol`, `max_iters`)
+    are `AbstractNewtonRK`'s.
 
     Dense output: the tableau's stage-based polynomial where it has one (`Kvaerno5`:
     fourth order, so `SaveAt(ts)` between steps keeps close to the step accuracy);
@@ -93,49 +76,6 @@ class AbstractESDIRK(AbstractDIRK):
     calculate_jacobian: ClassVar[CalculateJacobian] = (  # pyright: ignore[reportIncompatibleVariableOverride]
         CalculateJacobian.second_stage
     )
-    root_finder: AbstractRootFinder = _DEFAULT_ROOT_FINDER
-    root_find_max_steps: int = 10
-
-    def __init__(
-        self,
-        rtol: float | None = None,
-        atol: float | None = None,
-        max_iters: int | None = None,
-        *,
-        root_finder: VeryChord | None = None,
-        root_find_max_steps: int | None = None,
-        scan_kind: str | None = None,
-    ):
-        self.scan_kind = scan_kind
-        self.root_finder = _root_finder(type(self).__name__, root_finder, rtol, atol)
-        if root_finder is None and (rtol is not None or atol is not None):
-            rtol = _DEFAULT_RTOL if rtol is None else rtol
-            atol = _DEFAULT_ATOL if atol is None else atol
-            self.root_finder = VeryChord(rtol=rtol, atol=atol, kappa=1.0)
-        steps = _max_steps(type(self).__name__, max_iters, root_find_max_steps)
-        self.root_find_max_steps = steps
-
-    def __check_init__(self):
-        if not (self.rtol > 0 and self.atol > 0 and self.max_iters >= 1):
-            raise ValueError(
-                f"`{type(self).__name__}(rtol, atol, max_iters)` need positive values; "
-                f"got rtol={self.rtol}, atol={self.atol}, max_iters={self.max_iters}."
-            )
-
-    @property
-    def rtol(self) -> float:
-        """The effective relative tolerance of the stage iterations, `kappa * rtol`."""
-        return self.root_finder.kappa * self.root_finder.rtol
-
-    @property
-    def atol(self) -> float:
-        """The effective absolute tolerance of the stage iterations, `kappa * atol`."""
-        return self.root_finder.kappa * self.root_finder.atol
-
-    @property
-    def max_iters(self) -> int:
-        """`root_find_max_steps`, by odeckpt's name."""
-        return self.root_find_max_steps
 
     def order(self, terms) -> int:
         return self.tableau.order
@@ -145,10 +85,6 @@ class AbstractESDIRK(AbstractDIRK):
         """A lower bound: one evaluation of `f` per stage (each Newton iteration costs
         one more, the Jacobian `n` forward-mode products)."""
         return self.tableau.stages
-
-    def init(self, term, t0, y0, args):
-        """No state is carried between steps (see the module docstring): `()`."""
-        return ()
 
     def step(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
         flat = la.flatten(term, y0, args)
@@ -172,36 +108,6 @@ class AbstractESDIRK(AbstractDIRK):
             return hermite_coeffs(y0, y1, ks[0], ks[-1], h)
         zero = jnp.zeros_like(y0)
         return jnp.stack([la.combine(zero, [h * x for x in row], ks) for row in rows])
-
-
-def _root_finder(name: str, root_finder, rtol, atol) -> AbstractRootFinder:
-    """The `root_finder` given to `name(...)`, or the default; refuses a root finder
-    of another kind, and both spellings of the tolerances at once."""
-    if root_finder is None:
-        return _DEFAULT_ROOT_FINDER
-    if not isinstance(root_finder, AbstractRootFinder):
-        raise ValueError(
-            f"`{name}(root_finder=...)` takes `odeckpt.VeryChord(rtol, atol)`; got "
-            f"{type(root_finder).__name__}. The stages are solved by simplified Newton "
-            "whatever the root finder, so only its tolerances can be chosen."
-        )
-    if rtol is not None or atol is not None:
-        raise ValueError(
-            f"`{name}(rtol, atol)` and `{name}(root_finder=...)` both set the Newton "
-            "tolerances: pass one of them."
-        )
-    return root_finder
-
-
-def _max_steps(name: str, max_iters, root_find_max_steps) -> int:
-    """The iteration limit from either spelling (not both), default 10."""
-    if max_iters is not None and root_find_max_steps is not None:
-        raise ValueError(
-            f"`{name}(max_iters=...)` and `{name}(root_find_max_steps=...)` are the same "
-            "setting: pass one of them."
-        )
-    given = root_find_max_steps if max_iters is None else max_iters
-    return 10 if given is None else given
 
 
 def _esdirk_stages(tableau: tab.EsdirkTableau, flat: la.Flat, problem, t0, dt, options):
