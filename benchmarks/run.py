@@ -40,6 +40,7 @@ REGISTRY = {
     "damped": "bench_damped",
     "neural_ode": "bench_neural_ode",
     "stiff": "bench_stiff",
+    "imex": "bench_imex",
     "xla_cpu": "bench_xla_cpu",
 }
 
@@ -60,6 +61,7 @@ FULL_BUDGET_SECONDS = {
     "damped": 300,
     "neural_ode": 240,
     "stiff": 300,
+    "imex": 150,
     "xla_cpu": 120,
 }
 
