@@ -41,6 +41,7 @@ REGISTRY = {
     "neural_ode": "bench_neural_ode",
     "stiff": "bench_stiff",
     "radau": "bench_radau",
+    "imex": "bench_imex",
     "xla_cpu": "bench_xla_cpu",
     "reversible": "bench_reversible",
 }
@@ -64,6 +65,7 @@ FULL_BUDGET_SECONDS = {
     "neural_ode": 240,
     "stiff": 300,
     "radau": 360,
+    "imex": 150,
     "xla_cpu": 120,
     "reversible": 90,
 }

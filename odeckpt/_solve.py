@@ -25,6 +25,7 @@ from ._terms import as_term, time_reversed
 from ._validate import (
     check_inputs,
     check_save_fns,
+    check_term_parts,
     check_terms,
     check_times,
     check_values,
@@ -85,6 +86,7 @@ def diffeqsolve(
     check_inputs(solver, stepsize_controller, adjoint, saveat, max_steps, dt0)
     check_terms(terms, solver, y0)
     term = as_term(terms)
+    check_term_parts(solver, term)
     # Integers in `args` under `jax.grad(..., allow_int=True)` arrive as typed Python
     # scalars, which the loops' custom VJPs see as arrays: the vector field is traced
     # (closure-converted) with them as arrays too.

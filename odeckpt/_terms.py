@@ -50,8 +50,9 @@ class AbstractTerm(eqx.Module, Generic[_VF, _Control]):
         return False
 
     def parts(self) -> tuple["AbstractTerm", ...]:
-        """The terms a partitioned solver reads one by one (`SemiImplicitEuler`):
-        `(self,)` for a term that is one vector field."""
+        """The terms a solver that treats them apart reads one by one: a partitioned
+        solver's (`SemiImplicitEuler`: `PartitionedTerm`) or an IMEX method's
+        (`MultiTerm(explicit, implicit)`); `(self,)` for a term that is one vector field."""
         return (self,)
 
     def reversed_in_time(self, direction: jax.Array) -> "AbstractTerm":
@@ -60,9 +61,13 @@ class AbstractTerm(eqx.Module, Generic[_VF, _Control]):
         return _TimeReversed(self, direction)
 
     def closure_converted(self, t0, y0: Y, args: Args) -> "AbstractTerm":
-        """An `ODETerm` of `vf` closure-converted at `(t0, y0, args)`, so that the arrays
-        `vf` closes over are leaves the solve's derivatives reach (`diffeqsolve`)."""
-        return ODETerm(eqx.filter_closure_convert(self.vf, t0, y0, args))
+        """`ODETerm`s of the vector fields closure-converted at `(t0, y0, args)`
+        (`eqx.filter_closure_convert`), so that the arrays they close over are leaves
+        the solve's derivatives reach (`diffeqsolve`): one per part (`parts`), in a
+        `MultiTerm` when there are several, so that solvers treating the parts apart
+        still can."""
+        parts = [ODETerm(eqx.filter_closure_convert(p.vf, t0, y0, args)) for p in self.parts()]
+        return parts[0] if len(parts) == 1 else MultiTerm(*parts)
 
 
 def _times(control, v: jax.Array) -> jax.Array:
@@ -91,11 +96,12 @@ class ODETerm(AbstractTerm[_VF, RealScalarLike]):
 class MultiTerm(AbstractTerm, Generic[_Terms]):
     """Several ODE terms solved as one: `dy/dt = sum_i terms[i].vf(t, y, args)`.
 
-    Every solver takes it: explicit ones and implicit ones (`Kvaerno3`, `Kvaerno5`,
-    `Ros3P`, `Rodas5P`) alike treat the sum as one vector field, so an implicit solver
-    treats every term implicitly (diffrax's IMEX solvers, which split them, are not in
-    odeckpt). Unlike diffrax's, whose `vf` returns the tuple of the terms' vector
-    fields, `vf` returns their sum (`contr` is `t1 - t0`, as for one ODE term).
+    The IMEX solvers (`KenCarp3`, `KenCarp4`, `KenCarp5`, `Sil3`) take
+    `MultiTerm(explicit, implicit)` and treat its first term explicitly, its second
+    implicitly (they ask for them with `parts()`). Every other solver treats the sum
+    as one vector field, so an implicit one (`Kvaerno5`, `Rodas5P`, ...) treats every
+    term implicitly. Unlike diffrax's, whose `vf` returns the tuple of the terms'
+    vector fields, `vf` returns their sum (`contr` is `t1 - t0`, as for one ODE term).
 
     Args:
         *terms: the terms, e.g. `MultiTerm(ODETerm(f), ODETerm(g))`.
@@ -110,6 +116,9 @@ class MultiTerm(AbstractTerm, Generic[_Terms]):
         parts = [term.vf(t, y, args) for term in self.terms]
         return jax.tree.map(lambda *leaves: sum(leaves[1:], leaves[0]), *parts)
 
+    def parts(self) -> tuple[AbstractTerm, ...]:
+        return tuple(self.terms)
+
 
 class _TimeReversed(AbstractTerm):
     """The term in reversed time tau = direction * t (integrates backwards in time)."""
@@ -120,6 +129,10 @@ class _TimeReversed(AbstractTerm):
     def vf(self, t, y, args):
         out = self.term.vf(self.direction * t, y, args)
         return jax.tree.map(lambda v: (self.direction * v).astype(v.dtype), out)
+
+    def parts(self) -> tuple[AbstractTerm, ...]:
+        """Each part of the wrapped term, in reversed time."""
+        return tuple(_TimeReversed(part, self.direction) for part in self.term.parts())
 
 
 class PartitionedTerm(AbstractTerm):

@@ -122,6 +122,20 @@ def _described(x) -> str:  # "a tuple of 3" for a sequence, else the type's name
     return f"a {type(x).__name__} of {len(x)}" if isinstance(x, tuple | list) else type(x).__name__
 
 
+def check_term_parts(solver, term) -> None:
+    """A solver that treats a term's parts apart (the IMEX methods) gets that many."""
+    want, got = solver.term_parts, len(term.parts())
+    if want is not None and got != want:
+        name = type(solver).__name__
+        raise ValueError(
+            f"`{name}` is an IMEX method: it takes `MultiTerm(explicit_term, "
+            f"implicit_term)` and treats the first term explicitly, the second implicitly; "
+            f"got {type(term).__name__} with {got} term(s). Pass e.g. "
+            "`MultiTerm(ODETerm(f_explicit), ODETerm(f_implicit))` (`ODETerm(lambda t, y, "
+            "args: jnp.zeros_like(y))` for a missing part)."
+        )
+
+
 def _check_type(value, cls, name, example):
     if not isinstance(value, cls):
         raise TypeError(

@@ -301,6 +301,11 @@ OPTIONS = [
          "`Kvaerno5(max_iters=...)` and `Kvaerno5(root_find_max_steps=...)` are the same "
          "setting: pass one of them.",
          lambda: oc.Kvaerno5(max_iters=5, root_find_max_steps=5)),
+    Case("IMEX solver not given `MultiTerm(explicit, implicit)`", "ValueError",
+         "`KenCarp4` is an IMEX method: it takes `MultiTerm(explicit_term, implicit_term)` "
+         "and treats the first term explicitly, the second implicitly; got ODETerm with 1 "
+         "term(s).",
+         lambda: _solve(solver=oc.KenCarp4())),
     Case("`VeryChord` tolerance not positive", "ValueError",
          "`VeryChord(rtol, atol, kappa)` needs positive values; got rtol=0.0, atol=1e-09",
          lambda: oc.VeryChord(rtol=0.0, atol=1e-9)),

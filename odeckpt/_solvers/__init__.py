@@ -13,7 +13,8 @@
 - `explicit/`: one module per explicit method (its tableau and its final class).
 - `rosenbrock`, `esdirk` (with `newton`, `newton_settings`, `linalg`, `stiff_tableaux`,
   `esdirk_tableaux`, `verychord`), `implicit_euler`, `radau` (with `radau_tableau`): the
-  stiff solvers.
+  stiff solvers; `imex` (with `imex_tableaux`): the IMEX additive Runge–Kutta methods,
+  for `MultiTerm(explicit, implicit)`.
 - `partitioned`: `SemiImplicitEuler`, for a tuple of terms (`PartitionedTerm`).
 - `half`: `HalfSolver`, an error estimate for any solver from two half steps.
 - `leapfrog_midpoint`, `reversible_heun`: solvers that carry state `init` cannot
@@ -21,7 +22,8 @@
   makes its step algebraically reversible: `AbstractReversibleSolver.reverse_step`).
 - `dense`: `DenseStep`, the per-step dense-output polynomial, and cubic Hermite.
 
-`EXPLICIT`, `STIFF` and `STATEFUL` are the registries of the concrete solvers; the tests read them.
+`EXPLICIT`, `STIFF`, `IMEX` and `STATEFUL` are the registries of the concrete solvers; the
+tests read them.
 Adding an explicit Runge–Kutta method touches exactly: its own module
 `odeckpt/_solvers/explicit/<method>.py`, this file (one import line and one entry in
 `EXPLICIT`), and one export line in `odeckpt/__init__.py`.
@@ -57,6 +59,13 @@ from .explicit.midpoint import Midpoint as Midpoint
 from .explicit.ralston import Ralston as Ralston
 from .explicit.tsit5 import Tsit5 as Tsit5
 from .half import HalfSolver as HalfSolver
+from .imex import (
+    AbstractIMEX as AbstractIMEX,
+    KenCarp3 as KenCarp3,
+    KenCarp4 as KenCarp4,
+    KenCarp5 as KenCarp5,
+    Sil3 as Sil3,
+)
 from .implicit_euler import ImplicitEuler as ImplicitEuler
 from .leapfrog_midpoint import LeapfrogMidpoint as LeapfrogMidpoint
 from .newton_settings import AbstractNewtonSolver as AbstractNewtonSolver
@@ -104,6 +113,9 @@ STIFF: tuple[type[AbstractSolver], ...] = (
 )
 """The stiff solvers: Rosenbrock, then the Newton-based ones (ESDIRK, Radau IIA; the
 tests parametrise over it)."""
+
+IMEX: tuple[type[AbstractIMEX], ...] = (Sil3, KenCarp3, KenCarp4, KenCarp5)
+"""The IMEX solvers, for `MultiTerm(explicit, implicit)` (the tests parametrise over it)."""
 
 STATEFUL: tuple[type[AbstractSolver], ...] = (LeapfrogMidpoint, ReversibleHeun)
 """The solvers whose state a checkpoint stores (`state_rebuildable` false): multistep

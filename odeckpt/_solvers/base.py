@@ -83,6 +83,13 @@ class AbstractSolver(eqx.Module, **_METACLASS):
         method with an embedded one of one order less), as in diffrax."""
         return self.order(terms)
 
+    @property
+    def term_parts(self) -> int | None:
+        """How many parts (`AbstractTerm.parts`) the solver's term must have: `None`,
+        any term, for every solver but the IMEX methods (2: `MultiTerm(explicit,
+        implicit)`)."""
+        return None
+
     def strong_order(self, terms: AbstractTerm) -> float | None:
         """The strong order on SDEs: `None`, since odeckpt solves ODEs only."""
         return None

@@ -43,9 +43,8 @@ from . import esdirk_tableaux, linalg as la, stiff_tableaux as tab
 from .base import StepOutput
 from .dense import hermite_coeffs
 from .newton import Stage, solve_stage
-from .newton_settings import AbstractNewtonSolver, newton_settings, step_factorisation
+from .newton_settings import AbstractNewtonRK, step_factorisation
 from .runge_kutta import AbstractDIRK, CalculateJacobian
-from .verychord import VeryChord
 
 if TYPE_CHECKING:  # a class variable each subclass sets (as diffrax declares it)
     from typing import ClassVar as AbstractClassVar
@@ -53,27 +52,14 @@ else:
     from equinox import AbstractClassVar
 
 
-class AbstractESDIRK(AbstractDIRK, AbstractNewtonSolver):
+class AbstractESDIRK(AbstractNewtonRK, AbstractDIRK):
     """A stiffly accurate ESDIRK method defined by its `tableau`.
 
     Constructed either the odeckpt way, `Kvaerno5(rtol=1e-10, atol=1e-12,
     max_iters=10)`, or diffrax's, `Kvaerno5(root_finder=VeryChord(rtol=1e-8,
-    atol=1e-10), root_find_max_steps=10)`; not both.
-
-    Attributes:
-        root_finder: a `VeryChord`: the stage iterations stop once their estimated
-            error is within `kappa (atol + rtol |z|)` (RMS over the state), i.e. within
-            the effective tolerances `rtol`, `atol` below. Default
-            `VeryChord(rtol=1e-8, atol=1e-10)` (kappa `1e-2`).
-        root_find_max_steps: iterations allowed per stage before the Jacobian is
-            refreshed (and, on a second failure, the step is rejected). Default 10.
-        scan_kind: accepted for compatibility with diffrax; changes nothing.
-
-    The effective tolerances (`rtol`, `atol`, and `max_iters`, the odeckpt spelling)
-    must be well below the step-size controller's, or Newton errors pollute the error
-    estimate and steps get rejected: the defaults suit controller tolerances down to
-    about `rtol = 1e-9`, `atol = 1e-11`. Both are raised to `100 eps` of the state's
-    dtype (see `newton.py`).
+    atol=1e-10), root_find_max_steps=10)`; not both. The settings (`root_finder`,
+    `root_find_max_steps`, `scan_kind`, and the effective `rtol`, `atol`, `max_iters`)
+    are `AbstractNewtonRK`'s.
 
     Dense output: the tableau's stage-based polynomial where it has one (`Kvaerno5`:
     fourth order, `Kvaerno4`: third order, so `SaveAt(ts)` between steps keeps close
@@ -92,21 +78,6 @@ class AbstractESDIRK(AbstractDIRK, AbstractNewtonSolver):
         CalculateJacobian.second_stage
     )
 
-    def __init__(
-        self,
-        rtol: float | None = None,
-        atol: float | None = None,
-        max_iters: int | None = None,
-        *,
-        root_finder: VeryChord | None = None,
-        root_find_max_steps: int | None = None,
-        scan_kind: str | None = None,
-    ):
-        self.scan_kind = scan_kind
-        self.root_finder, self.root_find_max_steps = newton_settings(
-            type(self).__name__, rtol, atol, max_iters, root_finder, root_find_max_steps
-        )
-
     def order(self, terms) -> int:
         return self.tableau.order
 
@@ -115,10 +86,6 @@ class AbstractESDIRK(AbstractDIRK, AbstractNewtonSolver):
         """A lower bound: one evaluation of `f` per stage (each Newton iteration costs
         one more, the Jacobian `n` forward-mode products)."""
         return self.tableau.stages
-
-    def init(self, term, t0, y0, args):
-        """No state is carried between steps (see the module docstring): `()`."""
-        return ()
 
     def step(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
         flat = la.flatten(term, y0, args)

@@ -10,6 +10,7 @@ effective tolerances of the stage iterations) and diffrax's
 from . import linalg as la
 from .base import AbstractImplicitSolver
 from .newton import NewtonOptions
+from .runge_kutta import AbstractRungeKutta
 from .verychord import AbstractRootFinder, VeryChord
 
 # The effective Newton tolerances when only one of `rtol`, `atol` is given.
@@ -81,6 +82,33 @@ class AbstractNewtonSolver(AbstractImplicitSolver):
     def newton_options(self) -> NewtonOptions:
         """The stopping rule of the stage iterations."""
         return NewtonOptions(self.rtol, self.atol, self.max_iters)
+
+
+class AbstractNewtonRK(AbstractRungeKutta, AbstractNewtonSolver):
+    """A Runge–Kutta method whose implicit stages are solved by simplified Newton (the
+    ESDIRKs, the IMEX methods): `AbstractNewtonSolver`'s settings, and diffrax's
+    `scan_kind` (accepted; changes nothing). No state is carried between steps: a step
+    is a function of `(t, y, args)` alone, so a step replayed from a checkpoint repeats
+    the forward pass."""
+
+    def __init__(
+        self,
+        rtol: float | None = None,
+        atol: float | None = None,
+        max_iters: int | None = None,
+        *,
+        root_finder: AbstractRootFinder | None = None,
+        root_find_max_steps: int | None = None,
+        scan_kind: str | None = None,
+    ):
+        self.scan_kind = scan_kind
+        self.root_finder, self.root_find_max_steps = newton_settings(
+            type(self).__name__, rtol, atol, max_iters, root_finder, root_find_max_steps
+        )
+
+    def init(self, term, t0, y0, args):
+        """`()`: nothing is carried between steps."""
+        return ()
 
 
 def newton_settings(

@@ -151,3 +151,65 @@ def lower_matrix(rows, s: int) -> np.ndarray:
     for i, row in enumerate(rows):
         out[i, : len(row)] = row
     return out
+
+
+ColouredTree = tuple
+"""A rooted tree whose vertices are coloured by the part of an additive method that
+evaluates them: `(colour, children)`, `children` a sorted tuple of coloured trees."""
+
+
+def _colourings(tree: Tree, colours: int) -> set:
+    """Every colouring of `tree`'s vertices with `range(colours)`."""
+    children = [_colourings(child, colours) for child in tree]
+    combos: set = {()}
+    for options in children:
+        combos = {tuple(sorted((*combo, option))) for combo in combos for option in options}
+    return {(colour, combo) for colour in range(colours) for combo in combos}
+
+
+@functools.cache
+def coloured_trees(order: int, colours: int) -> tuple[ColouredTree, ...]:
+    """All rooted trees with `order` vertices, each vertex coloured by one of `colours`
+    parts (2 for an implicit-explicit method: 4 trees of order 2, 32 of order 4)."""
+    found = set().union(*(_colourings(tree, colours) for tree in rooted_trees(order)))
+    return tuple(sorted(found))
+
+
+def _uncoloured(tree: ColouredTree) -> Tree:
+    return tuple(sorted(_uncoloured(child) for child in tree[1]))
+
+
+def additive_defects(alphas, weights, order: int, theta: float = 1.0) -> list[Defect]:
+    """Order conditions of an additive Runge–Kutta method, every tree up to `order`.
+
+    The method has one stage matrix `alphas[m]` (diagonal included) and one weight
+    vector `weights[m]` per part `m` of `y' = sum_m f_m(y)`; its stages share their
+    values, `Y_i = y0 + h sum_m sum_j alphas[m]_ij f_m(Y_j)`. The elementary weight of a
+    coloured tree `t = (m, [u_1, ..., u_k])` is `weights[m] @ K(t)` with
+    `K_i(t) = prod_l (alphas[colour(u_l)] @ K(u_l))_i`, and its condition is
+    `weights[m] @ K(t) == theta**|t| / gamma(t)`: with one colour these are the
+    conditions of each part's own method; the mixed colourings are the coupling
+    conditions.
+
+    References:
+        C. A. Kennedy & M. H. Carpenter (2003), "Additive Runge–Kutta schemes for
+        convection–diffusion–reaction equations", Appl. Numer. Math. 44, 139–181,
+        Section 3.
+    """
+    alphas = [np.asarray(a, dtype=float) for a in alphas]
+    weights = [np.asarray(w, dtype=float) for w in weights]
+
+    def stage(tree):
+        out = np.ones(alphas[0].shape[0])
+        for child in tree[1]:
+            out = out * (alphas[child[0]] @ stage(child))
+        return out
+
+    out = []
+    for p in range(1, order + 1):
+        for tree in coloured_trees(p, len(alphas)):
+            k = stage(tree)
+            w = weights[tree[0]]
+            defect = float(w @ k) - theta**p / tree_density(_uncoloured(tree))
+            out.append((tree, defect, float(np.abs(w) @ np.abs(k))))
+    return out

@@ -1,0 +1,248 @@
+"""IMEX additive Runge–Kutta solvers: `KenCarp3`, `KenCarp4`, `KenCarp5`, `Sil3`.
+
+They solve `y' = f_E(t, y) + f_I(t, y)` given as `MultiTerm(ODETerm(f_E),
+ODETerm(f_I))`: the first term (non-stiff: reaction, advection) explicitly, the second
+(stiff: diffusion, fast relaxation) implicitly, with the stages of both parts sharing
+their values (`imex_tableaux.ImexTableau`). Stage `i` solves one equation for the
+implicit slope, `kI_i = f_I(t_i, base_i + h gamma_i kI_i)`, by simplified Newton
+(`newton.py`), then evaluates `kE_i = f_E(t_i, Z_i)` at the stage's value.
+
+**The Jacobian** is that of the implicit term only, `J = df_I/dy(t0, y0)`, formed
+afresh at the start of every step (`n` batched forward-mode products) and factorised
+once per distinct diagonal entry (KenCarp: one `gamma`; Sil3: three). Newton matrices
+`I - h gamma J` are dense (`linalg.py`): fine up to a few hundred unknowns. The term's
+linearity is not assumed: for a linear implicit term (method-of-lines diffusion) `J`
+is exact and each stage converges in one or two iterations, and the `n` products cost
+about what `n` evaluations of the term do. As in the ESDIRKs (`esdirk.py`), nothing is
+carried between steps, so a step replayed from a checkpoint repeats the forward pass
+bit for bit; a stage that does not converge refreshes `J` at its own point and
+restarts once; a step that still fails returns `y_error = inf` and a NaN `y1`, so an
+adaptive controller shrinks the step. Stages are differentiated by the implicit
+function theorem (`lax.custom_root`), not through the iterations.
+
+**Dense output**: the KenCarp methods' own continuous extensions (Kennedy & Carpenter's
+`b*_ij`: second order for KenCarp3, third for KenCarp4 and KenCarp5), as diffrax's;
+cubic Hermite for Sil3, whose last stage ends the step.
+
+References:
+    C. A. Kennedy & M. H. Carpenter (2003), "Additive Runge–Kutta schemes for
+    convection–diffusion–reaction equations", Appl. Numer. Math. 44, 139–181.
+    J. S. Whitaker & S. K. Kar (2013), "Implicit–explicit Runge–Kutta methods for
+    fast–slow wave problems", Mon. Weather Rev. 141(10), 3426–3434.
+    E. Hairer & G. Wanner, *Solving Ordinary Differential Equations II*, IV.8.
+"""
+
+from typing import TYPE_CHECKING, Any, ClassVar, final
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from odeckpt._core import RESULTS
+from odeckpt._terms import AbstractTerm, MultiTerm
+
+from . import imex_tableaux as tab, linalg as la
+from .base import StepOutput
+from .dense import hermite_coeffs
+from .newton import NewtonOptions, Stage, solve_stage
+from .newton_settings import AbstractNewtonRK
+from .runge_kutta import CalculateJacobian
+
+if TYPE_CHECKING:  # a class variable each subclass sets (as diffrax declares it)
+    from typing import ClassVar as AbstractClassVar
+else:
+    from equinox import AbstractClassVar
+
+
+class _Broadcast(AbstractTerm):
+    """A part of the term whose vector field may return a scalar, as diffrax allows for
+    a missing part (`ODETerm(lambda t, y, args: 0)`): broadcast to `y`'s leaves."""
+
+    term: AbstractTerm
+
+    def vf(self, t, y, args):
+        out = self.term.vf(t, y, args)
+        if jax.tree.structure(out) != jax.tree.structure(y):
+            out = jax.tree.map(lambda _: out, y)
+        return jax.tree.map(_like, out, y)
+
+
+def _like(v, x) -> jax.Array:
+    return jnp.broadcast_to(jnp.asarray(v).astype(jnp.result_type(x)), jnp.shape(x))
+
+
+class _Slopes(eqx.Module):
+    """The stage slopes of both parts (flat vectors), and whether every implicit stage
+    converged."""
+
+    explicit: list
+    implicit: list
+    converged: jax.Array
+
+
+class AbstractIMEX(AbstractNewtonRK):
+    """An IMEX additive Runge–Kutta method defined by its `tableau`; takes
+    `MultiTerm(explicit_term, implicit_term)`.
+
+    Constructed like the ESDIRKs (`AbstractNewtonRK`): `KenCarp4(rtol, atol,
+    max_iters)`, or diffrax's `KenCarp4(root_finder=VeryChord(rtol, atol),
+    root_find_max_steps=10, scan_kind=None)`.
+
+    Raises:
+        ValueError: for bad Newton settings (see `AbstractNewtonRK`); `diffeqsolve`
+            refuses a term that is not a two-term `MultiTerm`.
+    """
+
+    tableau: AbstractClassVar[tab.ImexTableau]
+    term_structure: ClassVar[Any] = MultiTerm[tuple[AbstractTerm, AbstractTerm]]
+    calculate_jacobian: ClassVar[CalculateJacobian] = CalculateJacobian.second_stage
+
+    def order(self, terms) -> int:
+        return self.tableau.order
+
+    @property
+    def term_parts(self) -> int:
+        """Two: the explicit term, then the implicit one."""
+        return 2
+
+    @property
+    def evals_per_step(self) -> int:
+        """A lower bound: each stage evaluates both terms once (each Newton iteration
+        costs one more evaluation of the implicit term, the Jacobian `n` products)."""
+        return self.tableau.stages
+
+    def step(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
+        explicit, implicit = (_Broadcast(part) for part in term.parts())
+        flat_i = la.flatten(implicit, y0, args)
+        flat_e = la.flatten(explicit, y0, args)
+        frozen = la.flatten(*la.stop_gradients((implicit, y0, args)))
+        jac = la.jacobian(frozen.f, la.stop_gradients(t0), frozen.y)
+        options = NewtonOptions(self.rtol, self.atol, self.max_iters)
+        slopes = _imex_stages(self.tableau, (flat_e.f, flat_i.f), flat_i.y, jac, t0, dt, options)
+        table, y = self.tableau, flat_i.y
+        h = dt.astype(y.dtype)
+        y1 = _combine2(y, h, (table.b_explicit, table.b_implicit), slopes)
+        error = _combine2(
+            jnp.zeros_like(y), h, (table.b_err_explicit, table.b_err_implicit), slopes
+        )
+        y1 = jnp.where(slopes.converged, y1, jnp.nan)
+        error = jnp.where(slopes.converged, error, jnp.inf)
+        coeffs = None
+        if dense:
+            coeffs = la.unravel_rows(flat_i, self._dense(y, y1, slopes, h))
+        failure = jnp.where(slopes.converged, RESULTS.successful, RESULTS.implicit_solve_failed)
+        return StepOutput(flat_i.unravel(y1), flat_i.unravel(error), (), coeffs, failure)
+
+    def _dense(self, y0, y1, slopes: _Slopes, h) -> jax.Array:
+        """Rows `c_j` of `y(t0 + theta h) = y0 + sum_j c_j theta^(j+1)`."""
+        ks = [e + i for e, i in zip(slopes.explicit, slopes.implicit, strict=True)]
+        rows = self.tableau.dense_rows
+        if rows is None:
+            return hermite_coeffs(y0, y1, ks[0], ks[-1], h)
+        zero = jnp.zeros_like(y0)
+        return jnp.stack([la.combine(zero, [h * x for x in row], ks) for row in rows])
+
+
+def _combine2(base, h, weights, slopes: _Slopes) -> jax.Array:
+    """`base + h sum_j (w_E,j kE_j + w_I,j kI_j)` for `weights = (w_E, w_I)`."""
+    out = la.combine(base, [h * w for w in weights[0]], slopes.explicit)
+    return la.combine(out, [h * w for w in weights[1]], slopes.implicit)
+
+
+def _imex_stages(tableau: tab.ImexTableau, fields, y, jac, t0, dt, options) -> _Slopes:
+    """Every stage's slopes: explicit in the first field, implicit in the second.
+
+    `jac` (gradients stopped) steers the Newton iterations; it is factorised once per
+    distinct diagonal entry, and a factorisation refreshed by a failing stage is kept
+    for the later stages with the same entry.
+    """
+    f_explicit, f_implicit = fields
+    h = dt.astype(y.dtype)
+    ke, ki = [f_explicit(t0, y)], [f_implicit(t0, y)]
+    converged, eta = jnp.asarray(True), jnp.ones((), y.dtype)
+    lu, lu_gamma = None, None
+    for i in range(1, tableau.stages):
+        row, gamma, t = tableau.implicit[i], tableau.diagonal[i], t0 + tableau.c[i] * dt
+        base = la.combine(y, [h * a for a in tableau.explicit[i]], ke)
+        base = la.combine(base, [h * a for a in row[:-1]], ki)
+        if gamma == 0:
+            z = base
+            ki.append(f_implicit(t, z))
+        else:
+            hg = h * gamma
+            if lu is None or gamma != lu_gamma:
+                lu, lu_gamma = la.factor(la.shifted(jac, la.stop_gradients(hg))), gamma
+            stage = Stage(t, base, hg)
+            result = solve_stage(f_implicit, stage, ki[tableau.predictor[i]], lu, eta, options)
+            converged = converged & result.converged
+            eta = jnp.maximum(result.eta, jnp.finfo(y.dtype).eps) ** 0.8
+            lu = result.lu
+            z = stage.base + stage.hg * result.k
+            ki.append(result.k)
+        ke.append(f_explicit(t, z))
+    return _Slopes(ke, ki, converged)
+
+
+@final
+class KenCarp3(AbstractIMEX):
+    """Kennedy & Carpenter's ARK3(2)4L[2]SA: an IMEX pair of order 3 (embedded 2), 4
+    stages; its implicit part is an L-stable, stiffly accurate ESDIRK. Second-order
+    dense output (the method's own). For loose tolerances (`rtol >= 1e-4`).
+
+    Call with `terms=MultiTerm(explicit_term, implicit_term)`.
+
+    References:
+        C. A. Kennedy & M. H. Carpenter (2003), "Additive Runge–Kutta schemes for
+        convection–diffusion–reaction equations", Appl. Numer. Math. 44, 139–181.
+    """
+
+    tableau = tab.KENCARP3
+
+
+@final
+class KenCarp4(AbstractIMEX):
+    """Kennedy & Carpenter's ARK4(3)6L[2]SA: an IMEX pair of order 4 (embedded 3), 6
+    stages; its implicit part is an L-stable, stiffly accurate ESDIRK. Third-order dense
+    output (the method's own). The usual choice for stiff reaction–diffusion problems.
+
+    Call with `terms=MultiTerm(explicit_term, implicit_term)`.
+
+    References:
+        C. A. Kennedy & M. H. Carpenter (2003), "Additive Runge–Kutta schemes for
+        convection–diffusion–reaction equations", Appl. Numer. Math. 44, 139–181.
+    """
+
+    tableau = tab.KENCARP4
+
+
+@final
+class KenCarp5(AbstractIMEX):
+    """Kennedy & Carpenter's ARK5(4)8L[2]SA: an IMEX pair of order 5 (embedded 4), 8
+    stages; its implicit part is an L-stable, stiffly accurate ESDIRK. Third-order dense
+    output (the method's own). For tight tolerances.
+
+    Call with `terms=MultiTerm(explicit_term, implicit_term)`.
+
+    References:
+        C. A. Kennedy & M. H. Carpenter (2003), "Additive Runge–Kutta schemes for
+        convection–diffusion–reaction equations", Appl. Numer. Math. 44, 139–181.
+    """
+
+    tableau = tab.KENCARP5
+
+
+@final
+class Sil3(AbstractIMEX):
+    """Whitaker & Kar's IMEX method, as diffrax's `Sil3`: 4 stages, order 2 as a pair
+    (its explicit part, too, is of order 2 only), an order-2 embedded pair for the error
+    estimate; the implicit part is a DIRK with diagonal `(0, 1/6, 1/3, 1/4)` (three
+    factorisations per step). Cubic Hermite dense output.
+
+    Call with `terms=MultiTerm(explicit_term, implicit_term)`.
+
+    References:
+        J. S. Whitaker & S. K. Kar (2013), "Implicit–explicit Runge–Kutta methods for
+        fast–slow wave problems", Mon. Weather Rev. 141(10), 3426–3434.
+    """
+
+    tableau = tab.SIL3
