@@ -41,6 +41,7 @@ REGISTRY = {
     "neural_ode": "bench_neural_ode",
     "stiff": "bench_stiff",
     "xla_cpu": "bench_xla_cpu",
+    "events": "bench_events",
 }
 
 # Full mode's time limit on an idle 2-core CPU, and each section's share of it in seconds:
@@ -61,6 +62,7 @@ FULL_BUDGET_SECONDS = {
     "neural_ode": 240,
     "stiff": 300,
     "xla_cpu": 120,
+    "events": 120,
 }
 
 _BLOCK = re.compile(r"<!-- section:(\w+) -->\n.*?<!-- /section:\1 -->\n", re.S)
