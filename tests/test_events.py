@@ -242,3 +242,25 @@ def test_pytree_and_complex_states():
     sol = oc.diffeqsolve(f, oc.Tsit5(), 0.0, 5.0, 0.01, y0, event=event, stepsize_controller=TIGHT)
     np.testing.assert_allclose(sol.ts, [jnp.pi / 3], atol=1e-9)
     np.testing.assert_allclose(sol.ys["w"][0], [jnp.pi / 3] * 2, atol=1e-9)
+
+
+@pytest.mark.parametrize("root", [1 / 3, 2 ** (1 / 3)], ids=["third", "cube-root-2"])
+def test_crossing_located_to_a_few_ulp(root):
+    # y = t (up to the rounding of Tsit5's dense output): the condition changes sign on
+    # the step's polynomial within a few ulp either side of the located time.
+    cond = lambda y: y**3 - root**3  # noqa: E731
+    event = oc.Event(lambda t, y, a, **kw: cond(y))
+    sol = oc.diffeqsolve(_ramp, oc.Tsit5(), 0.0, 5.0, 0.7, 0.0, event=event,
+                         saveat=oc.SaveAt(t1=True, dense=True), max_steps=16)  # fmt: skip
+    t = sol.ts[0]
+    ulps = 8 * np.finfo(np.float64).eps * root
+    below, above = cond(sol.evaluate(t - ulps)), cond(sol.evaluate(t + ulps))
+    assert below < 0 < above
+    np.testing.assert_allclose(t, root, rtol=1e-14)
+
+
+@pytest.mark.parametrize("adjoint", [oc.BacksolveAdjoint(), oc.InterpolatingAdjoint()])
+def test_continuous_adjoints_refuse_events(adjoint):
+    with pytest.raises(ValueError, match="does not differentiate event times: use"):
+        oc.diffeqsolve(_ramp, oc.Tsit5(), 0.0, 5.0, 0.5, 0.0, adjoint=adjoint,
+                       event=oc.Event(_height_of_ramp))  # fmt: skip
