@@ -73,10 +73,15 @@ def test_ballistic_forward_mode():
     np.testing.assert_allclose(jnp.stack(got), jnp.stack(want), rtol=0, atol=1e-8)
 
 
-def test_ballistic_float32():
-    t, v = _fall(P.astype(jnp.float32), dtype=jnp.float32)
-    assert t.dtype == jnp.float32
+def test_ballistic_float32_under_strict_promotion():
+    p32 = P.astype(jnp.float32)
+    loose = oc.PIDController(rtol=1e-6, atol=1e-6)
+    with jax.numpy_dtype_promotion("strict"):
+        t, v = _fall(p32, dtype=jnp.float32, controller=loose)
+        grad = jax.grad(lambda p: _fall(p, dtype=jnp.float32, controller=loose)[0])(p32)
+    assert t.dtype == jnp.float32 and grad.dtype == jnp.float32
     np.testing.assert_allclose(jnp.stack([t, v]), jnp.stack(_fall_exact(P)), rtol=1e-5)
+    np.testing.assert_allclose(grad, jax.grad(lambda p: _fall_exact(p)[0])(P), rtol=1e-4)
 
 
 def _decay_time(params, checkpoints):

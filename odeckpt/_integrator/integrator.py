@@ -112,7 +112,8 @@ class Integrator(eqx.Module):
         zero = jnp.asarray(0, jnp.int32)
         state = State(
             t=t0, t_next=t_next, y=y0, solver_state=k0, controller=memory,
-            counts=pack_counts(zero, zero, RESULTS.successful, False),
+            counts=pack_counts(zero, zero, RESULTS.successful, False,
+                               None if problem.event is None else 0),
         )  # fmt: skip
         return event_at_start(problem, state)
 
@@ -178,7 +179,7 @@ class Integrator(eqx.Module):
             controller=controller,
             counts=pack_counts(state.num_accepted + accepted.astype(jnp.int32),
                                state.num_rejected + (~accepted).astype(jnp.int32), result,
-                               jumped),
+                               jumped, None if problem.event is None else state.event),
         )  # fmt: skip
         record = Record(DenseStep(state.t, state.t_next, state.y, out.coeffs), out.y1)
         if problem.event is not None:

@@ -24,9 +24,11 @@ def _counter(position: int, doc: str) -> property:
     return property(lambda state: state.counts[position], doc=doc)
 
 
-def pack_counts(num_accepted, num_rejected, result, made_jump, event=0) -> jax.Array:
-    """`State.counts` from its values (in the order of the positions above)."""
-    values = (num_accepted, num_rejected, result, made_jump, event)
+def pack_counts(num_accepted, num_rejected, result, made_jump, event=None) -> jax.Array:
+    """`State.counts` from its values (in the order of the positions above); `event`
+    only in a solve with an `Event` (`None`: four counts, as without events)."""
+    values = (num_accepted, num_rejected, result, made_jump)
+    values = values if event is None else (*values, event)
     return jnp.stack([jnp.asarray(v).astype(jnp.int32) for v in values])
 
 
@@ -43,12 +45,17 @@ class State(eqx.Module):
     y: Y
     solver_state: PyTree  # e.g. f(t, y) for Runge–Kutta: recomputed on restore
     controller: ControllerState
-    counts: jax.Array  # int32 (num_accepted, num_rejected, result, made_jump, event)
+    counts: jax.Array  # int32 (num_accepted, num_rejected, result, made_jump[, event])
 
     num_accepted = _counter(_ACCEPTED, "Accepted steps so far.")
     num_rejected = _counter(_REJECTED, "Rejected steps so far.")
     result = _counter(_RESULT, "The `RESULTS` code: 0 while the solve goes well.")
-    event = _counter(_EVENT, "1 + the index of the event condition that ended the solve; 0: none.")
+
+    @property
+    def event(self) -> jax.Array:
+        """1 + the index of the event condition that ended the solve; 0: none (always,
+        in a solve without an `Event`, whose counts have no entry for it)."""
+        return self.counts[_EVENT] if self.counts.shape[0] > _EVENT else jnp.asarray(0)
 
     @property
     def made_jump(self) -> jax.Array:
