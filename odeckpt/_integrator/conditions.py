@@ -116,4 +116,5 @@ def implicit_root(h: Callable, root):
     value, slope = jax.jvp(h, (root,), (jnp.ones_like(root),))
     value = jnp.asarray(value).astype(root.dtype)
     slope = lax.stop_gradient(jnp.asarray(slope).astype(root.dtype))
-    return root - (value - lax.stop_gradient(value)) / jnp.where(slope == 0, 1, slope)
+    inverse = jnp.where(slope == 0, 0, 1 / jnp.where(slope == 0, 1, slope))
+    return root - (value - lax.stop_gradient(value)) * inverse
