@@ -44,6 +44,7 @@ REGISTRY = {
     "imex": "bench_imex",
     "xla_cpu": "bench_xla_cpu",
     "reversible": "bench_reversible",
+    "events": "bench_events",
 }
 
 # Full mode's time limit on an idle 2-core CPU, and each section's share of it in seconds:
@@ -68,6 +69,7 @@ FULL_BUDGET_SECONDS = {
     "imex": 150,
     "xla_cpu": 120,
     "reversible": 90,
+    "events": 120,
 }
 
 _BLOCK = re.compile(r"<!-- section:(\w+) -->\n.*?<!-- /section:\1 -->\n", re.S)

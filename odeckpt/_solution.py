@@ -8,8 +8,8 @@ from jax import lax
 from jaxtyping import PyTree
 
 from ._checkpointing import LoopOutput
-from ._core import RESULTS, Y, concrete
-from ._integrator import Integrator, Problem, SaveLayout, State, SubOutputs
+from ._core import RESULTS, Y, concrete, is_okay
+from ._integrator import Integrator, Problem, SaveLayout, State, SubOutputs, event_end, event_mask
 from ._saveat import SaveAt, SubSaveAt, sub_saves
 from ._solvers import DenseStep
 
@@ -132,7 +132,7 @@ class Solution(eqx.Module):
         made_jump: with `SaveAt(made_jump=True)`, whether the last step ended at a
             jump of the vector field (`ClipStepSizeController(jump_ts=...)`): a bool
             array, or the Python `False` when the controller has no jump times.
-        event_mask: `None` (no events).
+        event_mask: which condition of `event=...` ended the solve (bools like `cond_fn`).
     """
 
     t0: jax.Array
@@ -182,6 +182,7 @@ class _End(eqx.Module):
     t1: jax.Array
     sign: jax.Array | float
     y0: Y
+    end: tuple  # where the solve ended: `event_end`
     fixed_times: bool = eqx.field(static=True)
     max_steps: int = eqx.field(static=True)
 
@@ -199,6 +200,7 @@ def build_solution(
     y0: Y,
     dt0: jax.Array | None,
     fixed_times: bool,
+    event=None,
 ) -> Solution:
     """The `Solution` of a solve from its loop's output `out`.
 
@@ -216,9 +218,9 @@ def build_solution(
     result = jnp.where(
         (final.result == RESULTS.successful) & ~reached, RESULTS.max_steps_reached, final.result
     ).astype(jnp.int32)
-    ok = result == RESULTS.successful
-    end = _End(problem, state0, final, ok, out.num_steps, t0, t1, sign, y0, fixed_times,
-               integrator.max_steps)  # fmt: skip
+    ok = is_okay(result)
+    end = _End(problem, state0, final, ok, out.num_steps, t0, t1, sign, y0,
+               event_end(problem, final, t1, sign), fixed_times, integrator.max_steps)  # fmt: skip
     subs, structure = sub_saves(saveat)
     saved = integrator.outputs(out.buffers)
     rows = [
@@ -240,14 +242,13 @@ def build_solution(
         solver_state=final.solver_state if saveat.solver_state else None,
         controller_state=final.controller if saveat.controller_state else None,
         made_jump=_made_jump(problem, final) if saveat.made_jump else None,
+        event_mask=event_mask(event, final),
     )  # fmt: skip
 
 
 def _made_jump(problem: Problem, final: State):
     """Whether the last step ended at a jump (`False` if there are no jump times)."""
-    if problem.controller.jump_times is None:
-        return False
-    return final.made_jump
+    return False if problem.controller.jump_times is None else final.made_jump
 
 
 class _Rows(eqx.Module):
@@ -308,7 +309,7 @@ def _ts_rows(sub: SubSaveAt, layout: SaveLayout, request, buffers: SubOutputs, e
         none = jnp.zeros((0,), end.t0.dtype)
         return _Rows(none, _no_rows(sub, end), none)
     at_t0 = request.ts == end.state0.t
-    shown = request.ts * end.sign  # the times as given
+    shown = jnp.where(request.ts > end.end[1], jnp.inf, request.ts * end.sign)  # as given
     start = _at_start(end, sub.ts, request.ts, at_t0)
     if not layout.saves_y:
         if end.fixed_times and not isinstance(sub.ts, jax.core.Tracer):
@@ -335,14 +336,12 @@ def _t1_row(sub: SubSaveAt, layout: SaveLayout, end: _End) -> _Rows:
     saved = end.ok
     if layout.steps:
         saved = saved & (end.final.num_accepted % layout.steps != 0)
-    y1 = end.final.y
-    if not end.fixed_times:
-        y1 = _with_time_derivative(end, y1)
-    value = sub.fn(end.t1, y1, end.problem.args)
+    y1 = end.final.y if end.fixed_times else _with_time_derivative(end, end.final.y)
+    t_end, tau_end = end.end
+    value = sub.fn(t_end, y1, end.problem.args)
     ys = jax.tree.map(lambda y: jnp.where(saved, y, jnp.inf)[None], value)
-    inf = jnp.asarray(jnp.inf, end.t1.dtype)
-    return _Rows(jnp.where(saved, end.t1, inf)[None], ys,
-                 jnp.where(saved, end.problem.t1, inf)[None])  # fmt: skip
+    inf = jnp.inf
+    return _Rows(jnp.where(saved, t_end, inf)[None], ys, jnp.where(saved, tau_end, inf)[None])
 
 
 def _stats(integrator: Integrator, problem: Problem, out: LoopOutput, dt0) -> dict:

@@ -6,6 +6,7 @@ import equinox as eqx
 import jax
 import jax.core
 import jax.numpy as jnp
+import numpy as np
 
 from odeckpt._adjoints import AbstractAdjoint, CheckpointAdjoint
 from odeckpt._controllers import (
@@ -15,14 +16,16 @@ from odeckpt._controllers import (
     t1_floor,
 )
 from odeckpt._core import RESULTS, as_arrays, concrete, promoted_dtype, raise_if_failed
-from odeckpt._integrator import Integrator, Problem, SaveLayout, SaveRequest
+from odeckpt._integrator import EventRequest, Integrator, Problem, SaveLayout, SaveRequest
 from odeckpt._solvers import AbstractSolver
 
+from ._event import Event
 from ._progress import AbstractProgressMeter, progress_callback
 from ._saveat import SaveAt, SubSaveAt, save_y, sub_saves
 from ._solution import Solution, build_solution
 from ._terms import as_term, time_reversed
 from ._validate import (
+    check_event,
     check_inputs,
     check_save_fns,
     check_term_parts,
@@ -50,6 +53,7 @@ def diffeqsolve(
     max_steps: int | None = 4096,
     throw: bool = True,
     progress_meter: AbstractProgressMeter | None = None,
+    event: Event | None = None,
 ) -> Solution:
     """Solve `dy/dt = f(t, y, args)` from `t0` to `t1` (either direction).
 
@@ -72,6 +76,8 @@ def diffeqsolve(
         throw: raise if the solve fails; with `False` inspect `Solution.result`.
         progress_meter: `TextProgressMeter()` or `TqdmProgressMeter()` to report
             progress from inside the compiled loop; `None` (default) costs nothing.
+        event: an `Event` that ends the solve where it triggers (`t1` may then be
+            infinite); see `docs/events.md`. `None` (default) costs nothing.
 
     Returns:
         A `Solution`.
@@ -100,7 +106,11 @@ def diffeqsolve(
     direction = known_direction(t0, t1)  # from the raw values: jnp.asarray traces under jit
     check_vector_field(term, jnp.asarray(t0, tdtype), y0, args)
     check_save_fns(subs, jnp.asarray(t0, tdtype), y0, args)
-    y0, invalid = check_values(y0, args, t0, t1, dt0, ts, stepsize_controller, throw)
+    given = dict(terms=term, solver=solver, t0=t0, t1=t1, dt0=dt0, saveat=saveat,
+                 stepsize_controller=stepsize_controller, max_steps=max_steps)  # fmt: skip
+    real = check_event(event, adjoint, jnp.asarray(t0, tdtype), y0, args, given)
+    y0, invalid = check_values(y0, args, t0, t1, dt0, ts, stepsize_controller, throw,
+                               event=event is not None)  # fmt: skip
     span = (concrete(t0), concrete(t1))  # for error messages, when known at trace time
     expected = expected_step_count(stepsize_controller, t0, t1, dt0, tdtype)
     fixed = not any(isinstance(t, jax.core.Tracer) for t in (t0, t1))  # no time derivative
@@ -109,12 +119,17 @@ def diffeqsolve(
     tau0, tau1 = t0 * sign, t1 * sign
     term = term.closure_converted(tau0, y0, args)
     dt0 = None if dt0 is None else jnp.asarray(dt0, tdtype) * sign
-    controller = stepsize_controller.for_solve(tau0, tau1, dt0, sign)
+    # An infinite t1 (a solve an `Event` ends) stays known to the controller under jit.
+    endless = span[1] is not None and bool(np.isinf(span[1]))
+    horizon = np.asarray(np.inf, tdtype) if endless else tau1
+    controller = stepsize_controller.for_solve(tau0, horizon, dt0, sign)
     saves = tuple(_save_request(sub, sign, tau0, y0, args) for sub in subs)
-    problem = Problem(term, args, controller, tau1, t1_floor(tau1), saves, expected)
+    request = _event_request(event, real, given, sign, tau0, y0, args)
+    problem = Problem(term, args, controller, tau1, t1_floor(tau1), saves, expected, request)
     integrator = Integrator(
         solver, max_steps=max_steps or 0, saves=tuple(_layout(sub) for sub in subs),
         save_dense=saveat.dense, report=progress_callback(progress_meter),
+        locates_events=event is not None,
     )  # fmt: skip
     state0 = integrator.init(problem, tau0, y0, dt0)
     if invalid is not None:  # with `throw=False`: a bad input value stops the solve at t0
@@ -126,7 +141,7 @@ def diffeqsolve(
         integrator.report(tau0, tau1, out.state.t, out.num_steps, final=True)
     solution = build_solution(
         saveat=saveat, integrator=integrator, problem=problem, state0=state0, out=out,
-        t0=t0, t1=t1, sign=sign, y0=y0, dt0=dt0, fixed_times=fixed,
+        t0=t0, t1=t1, sign=sign, y0=y0, dt0=dt0, fixed_times=fixed, event=event,
     )  # fmt: skip
     if not throw:
         return solution
@@ -156,6 +171,20 @@ def _save_request(sub: SubSaveAt, sign, tau0, y0, args) -> SaveRequest:
     fn = sub.fn
     return SaveRequest(ts, eqx.filter_closure_convert(
         lambda tau, y, args: fn(tau * sign, y, args), tau0, y0, args))  # fmt: skip
+
+
+def _event_request(event: Event | None, real, given: dict, sign, tau0, y0, args):
+    """What the steps read of `event`: its conditions written in internal time and
+    closure-converted (so that gradients reach the arrays they close over)."""
+    if event is None:
+        return None
+    conds = tuple(
+        eqx.filter_closure_convert(
+            lambda tau, y, args, cond=cond: jnp.asarray(cond(tau * sign, y, args, **given)),
+            tau0, y0, args)
+        for cond in event.conditions
+    )  # fmt: skip
+    return EventRequest(conds, event.directions, real)
 
 
 def _layout(sub: SubSaveAt) -> SaveLayout:

@@ -24,6 +24,7 @@ from odeckpt._controllers import AbstractStepSizeController
 from odeckpt._core import concrete, real_dtype
 from odeckpt._solvers import AbstractAdaptiveSolver, AbstractSolver
 
+from ._event import Event
 from ._saveat import SaveAt, SubSaveAt, sub_saves
 
 
@@ -249,6 +250,27 @@ def check_vector_field(term, t0, y0, args) -> None:
             )
 
 
+def check_event(event, adjoint, t0, y0, args, kwargs: dict) -> tuple[bool, ...]:
+    """Per condition of `event`, whether it is real-valued (else boolean)."""
+    if event is None:
+        return ()
+    _check_type(event, Event, "event", "e.g. `odeckpt.Event(cond_fn)`")
+    if not adjoint.supports_events:
+        raise ValueError(
+            f"`{type(adjoint).__name__}` does not differentiate event times: use "
+            "`CheckpointAdjoint()` (reverse mode) or `ForwardMode()` with `event=...`."
+        )
+    call = lambda c: lambda t, y, a: jnp.asarray(c(t, y, a, **kwargs))  # noqa: E731
+    outs = [eqx.filter_eval_shape(call(c), t0, y0, args) for c in event.conditions]
+    for i, out in enumerate(outs):
+        if out.shape != () or not (jnp.issubdtype(out.dtype, jnp.floating) or out.dtype == bool):
+            raise ValueError(
+                "`Event(cond_fn=...)` conditions must return a real floating or boolean scalar; "
+                f"condition {i} returned {out.dtype}{list(out.shape)}. Reduce or cast it."
+            )
+    return tuple(bool(jnp.issubdtype(out.dtype, jnp.floating)) for out in outs)
+
+
 def check_save_fns(subs: list[SubSaveAt], t0, y0, args) -> None:
     """Each `SubSaveAt`'s `fn(t0, y0, args)` must return a PyTree of floating (or
     complex) arrays: its rows are filled with inf until written."""
@@ -270,7 +292,7 @@ def check_save_fns(subs: list[SubSaveAt], t0, y0, args) -> None:
                 )
 
 
-def check_values(y0, args, t0, t1, dt0, ts, controller, throw: bool):
+def check_values(y0, args, t0, t1, dt0, ts, controller, throw: bool, *, event=False):
     """`(y0, invalid)`: the value checks of every input.
 
     First the controller's own step times when concrete (with the values in the
@@ -284,7 +306,7 @@ def check_values(y0, args, t0, t1, dt0, ts, controller, throw: bool):
     if controller.step_times is not None:
         _check_step_times(controller, t0, t1)
     pending = []
-    for check in _value_checks(y0, args, t0, t1, dt0, ts, controller):
+    for check in _value_checks(y0, args, t0, t1, dt0, ts, controller, event):
         values = [concrete(x) for x in check.inputs]
         if all(v is not None for v in values):
             if check.bad(np, *values):
@@ -312,7 +334,7 @@ class _ValueCheck(eqx.Module):
     message: str
 
 
-def _value_checks(y0, args, t0, t1, dt0, ts, controller):
+def _value_checks(y0, args, t0, t1, dt0, ts, controller, event):
     """Each value check, in the order their failures are reported."""
     for path, leaf in jax.tree_util.tree_flatten_with_path(y0)[0]:
         name = jax.tree_util.keystr(path) or "y0"
@@ -324,7 +346,9 @@ def _value_checks(y0, args, t0, t1, dt0, ts, controller):
             message = f"`args` has NaN or inf values in leaf {name}; pass finite `args`."
             yield _ValueCheck((leaf,), _nonfinite, message)
     yield _ValueCheck((t0,), _nonfinite, "`t0` must be finite.")
-    yield _ValueCheck((t1,), _nonfinite, "`t1` must be finite.")
+    nan = lambda xp, x: xp.isnan(x)  # noqa: E731  (an event may end the solve: t1 may be inf)
+    end = (nan, "`t1` must not be NaN.") if event else (_nonfinite, "`t1` must be finite.")
+    yield _ValueCheck((t1,), *end)
     if dt0 is not None:
         message = "`dt0` must be finite and nonzero with the sign of `t1 - t0`."
         yield _ValueCheck((t0, t1, dt0), _bad_dt0, message)
@@ -369,8 +393,11 @@ def _direction(xp, t0, t1):
 
 
 def known_direction(t0, t1) -> int | None:
-    """+1 (t0 up to t1) or -1 when t0 and t1 are known at trace time; None when traced."""
+    """+1 (t0 up to t1) or -1 when t0 and t1 are known at trace time (or t1 is a
+    known infinity, for a solve an `Event` ends); None when traced."""
     c0, c1 = concrete(t0), concrete(t1)
+    if c1 is not None and np.isinf(c1):
+        return 1 if c1 > 0 else -1
     if c0 is None or c1 is None:
         return None
     return int(_direction(np, c0, c1))

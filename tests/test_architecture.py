@@ -29,6 +29,7 @@ LAYERS = (
     ("_terms", "_saveat", "_progress", "_interpolation"),
     ("_solvers",),
     ("_controllers",),
+    ("_event",),
     ("_checkpointing",),
     ("_integrator",),
     ("_solution",),

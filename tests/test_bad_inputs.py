@@ -436,6 +436,43 @@ INTERPOLATION = [
          lambda: oc.backward_hermite_coefficients(_T, (_Y,), deriv0=0.0)),
 ]  # fmt: skip
 
+
+def _cond(t, y, args, **kwargs):
+    return y[0] - 0.5
+
+
+EVENTS = [
+    Case("`Event(direction)` not shaped like `cond_fn`", "ValueError",
+         "`Event(direction=...)` must be `None`, a bool, or a PyTree shaped like `cond_fn`",
+         lambda: oc.Event([_cond, _cond], direction=[True])),
+    Case("`Event(direction)` leaf not `None` or a bool", "ValueError",
+         "`Event(direction=...)` leaves must be `None`, `True` or `False`; got 1.",
+         lambda: oc.Event(_cond, direction=1)),
+    Case("`event` not an `Event`", "TypeError",
+         "`diffeqsolve(event=...)` expects an `Event` (e.g. `odeckpt.Event(cond_fn)`); got "
+         "function.",
+         lambda: _solve(event=_cond)),
+    Case("event condition returning a vector", "ValueError",
+         "`Event(cond_fn=...)` conditions must return a real floating or boolean scalar; "
+         "condition 0 returned float64[2]. Reduce or cast it.",
+         lambda: _solve(event=oc.Event(lambda t, y, args, **kw: y))),
+    Case("event condition returning an integer", "ValueError",
+         "`Event(cond_fn=...)` conditions must return a real floating or boolean scalar; "
+         "condition 1 returned int32[]. Reduce or cast it.",
+         lambda: _solve(event=oc.Event([_cond, lambda t, y, args, **kw: jnp.int32(1)]))),
+    Case("event with a continuous adjoint", "ValueError",
+         "`BacksolveAdjoint` does not differentiate event times: use `CheckpointAdjoint()` "
+         "(reverse mode) or `ForwardMode()` with `event=...`.",
+         lambda: _solve(event=oc.Event(_cond), adjoint=oc.BacksolveAdjoint())),
+    Case("traced NaN `t1` with an event", "equinox.EquinoxRuntimeError",
+         "`t1` must not be NaN. (checked at run time)",
+         lambda: _jit(lambda t1: _solve(t1=t1, event=oc.Event(_cond)).ys, jnp.asarray(jnp.nan))),
+    Case("`steady_state_event()` defaults without an adaptive controller", "ValueError",
+         "`steady_state_event()` takes `rtol`, `atol` and `norm` from an adaptive controller, "
+         "and `ConstantStepSize` is not one",
+         lambda: _solve(event=oc.Event(oc.steady_state_event()))),
+]  # fmt: skip
+
 FAILED = [
     Case("`max_steps` reached", "equinox.EquinoxRuntimeError",
          "`max_steps` (20) reached at t = 0.2 of [0, 1]. The maximum number of solver steps",
@@ -459,7 +496,8 @@ FAILED = [
                         y0=jnp.asarray([10.0]))),
 ]  # fmt: skip
 
-CASES = STATE + VECTOR_FIELD + TIMES + SAVEAT + OPTIONS + ADJOINTS + INTERPOLATION + FAILED
+CASES = (STATE + VECTOR_FIELD + TIMES + SAVEAT + OPTIONS + ADJOINTS + EVENTS + INTERPOLATION
+         + FAILED)  # fmt: skip
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.description for c in CASES])

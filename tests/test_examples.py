@@ -37,6 +37,13 @@ EXAMPLES = [
         "damped_system", ["--quick"], ["damped_system.png"], "gradient error", id="damped_system"
     ),
     pytest.param(
+        "bouncing_ball",
+        ["--quick", "--bounces", "2"],
+        ["bouncing_ball.png"],
+        "parameter error",
+        id="bouncing_ball",
+    ),
+    pytest.param(
         "memory_tradeoff",
         ["--quick"],
         ["memory_tradeoff.png"],

@@ -25,6 +25,12 @@ class AbstractAdjoint(eqx.Module):
     ) -> LoopOutput:
         """Run the solve's loop; its reverse (or forward) mode is this adjoint's."""
 
+    @property
+    def supports_events(self) -> bool:
+        """Whether its gradients carry an `Event`'s time dependence (`diffeqsolve`
+        refuses an event with an adjoint that says no)."""
+        return True
+
     def with_throw(self, throw: bool) -> "AbstractAdjoint":
         """This adjoint for a solve called with `diffeqsolve(throw=throw)`: an adjoint
         whose backward pass can fail takes it from there (unless it sets its own)."""

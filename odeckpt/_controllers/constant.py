@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from odeckpt._core import RESULTS
+from odeckpt._core import RESULTS, concrete
 
 from .base import AbstractLoopController, AbstractStepSizeController, Decision
 from .landing import stretched_to_end
@@ -41,6 +41,12 @@ def uniform_time(t0, t1, k, n):
     return xp.where(k >= n, t1, t0 + (t1 - t0) * fraction).astype(dtype)
 
 
+def counted_step(dt, state) -> Decision:
+    """A fixed step's decision: accepted, the same size again, one more step counted."""
+    state = eqx.tree_at(lambda s: s.index, state, state.index + 1)
+    return Decision(jnp.asarray(True), sg(dt), state, jnp.asarray(RESULTS.successful))
+
+
 class ConstantStepSize(AbstractStepSizeController):
     """Fixed steps: `n = ceil((t1 - t0) / dt0)` equal steps from t0 to t1, each ending
     at `t0 + (t1 - t0) k / n` (so no step is longer than `dt0`, and rounding does not
@@ -51,9 +57,12 @@ class ConstantStepSize(AbstractStepSizeController):
     The solve runs it as `UniformSteps`, built from t0, t1 and dt0 (`diffeqsolve`
     requires `dt0` with it)."""
 
-    def for_solve(self, t0, t1, dt0, sign) -> "UniformSteps":
+    def for_solve(self, t0, t1, dt0, sign) -> "UniformSteps | EndlessSteps":
         """The grid of `uniform_steps(t0, t1, dt0)` equal steps (the count is not
-        differentiated; the grid moves with t0 and t1)."""
+        differentiated; the grid moves with t0 and t1); for an infinite t1 (a solve an
+        `Event` ends), steps of `dt0` from t0 (`EndlessSteps`)."""
+        if (end := concrete(t1)) is not None and np.isinf(end):  # ended by an `Event`
+            return EndlessSteps(t0, lax.stop_gradient(dt0))
         span = lax.stop_gradient((t0, t1))
         return UniformSteps(t0, t1, jnp.asarray(uniform_steps(*span, lax.stop_gradient(dt0))))
 
@@ -91,8 +100,7 @@ class UniformSteps(AbstractLoopController):
         return sg(uniform_time(self.t0, self.t1, 1, self.num_steps) - self.t0)
 
     def decide(self, t0, dt, y0, y1, y_error, error_order, state):
-        state = eqx.tree_at(lambda s: s.index, state, state.index + 1)
-        return Decision(jnp.asarray(True), sg(dt), state, jnp.asarray(RESULTS.successful))
+        return counted_step(dt, state)
 
     def next_time(self, t_new, decision):
         """The next grid point: after `index` steps from t0 the one after the `index`-th.
@@ -112,3 +120,22 @@ class UniformSteps(AbstractLoopController):
         k = jnp.clip(jnp.floor(fraction * span), 0, span).astype(n.dtype)
         k = jnp.where((k > 0) & (grid(k) > t), k - 1, k)
         return jnp.where((k < n) & (grid(k + 1) <= t), k + 1, k)
+
+
+class EndlessSteps(AbstractLoopController):
+    """`ConstantStepSize` inside a solve to an infinite `t1` (which an `Event` ends):
+    the k-th step ends at `t0 + k dt0` (a product, so no rounding accumulates).
+    `ControllerState.index` counts the steps taken."""
+
+    t0: jax.Array
+    dt0: jax.Array
+
+    def first_step(self, solver, term, t0, y0, dt0, args):
+        return self.dt0
+
+    def decide(self, t0, dt, y0, y1, y_error, error_order, state):
+        return counted_step(dt, state)
+
+    def next_time(self, t_new, decision):
+        after = (decision.state.index + 1).astype(t_new.dtype)
+        return (self.t0 + self.dt0 * after).astype(t_new.dtype)

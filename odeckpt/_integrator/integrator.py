@@ -20,6 +20,7 @@ from odeckpt._core import RESULTS, Y, all_finite, batch_cond, pack, unpack
 from odeckpt._solvers import AbstractReversibleSolver, AbstractSolver, DenseStep
 
 from . import outputs as _outputs
+from .events import event_at_start, event_step
 from .outputs import Outputs, SaveLayout
 from .state import Checkpoint, Problem, Record, RecordedDecisions, State, pack_counts
 
@@ -91,6 +92,8 @@ class Integrator(eqx.Module):
         saves: the rows the steps write for each `SubSaveAt` (`SaveLayout`s).
         save_dense: the steps also write their dense output (`SaveAt(dense=True)`).
         report: progress callback `(t0, t1, t, i, final=False) -> None`, or `None`.
+        locates_events: the solve has an `Event` (`Problem.event`): every step
+            computes its dense output, on which crossings are located.
     """
 
     solver: AbstractSolver
@@ -98,6 +101,7 @@ class Integrator(eqx.Module):
     saves: tuple[SaveLayout, ...] = eqx.field(kw_only=True)
     save_dense: bool = eqx.field(kw_only=True)
     report: Callable | None = eqx.field(kw_only=True, default=None)
+    locates_events: bool = eqx.field(kw_only=True, default=False)
 
     def init(self, problem: Problem, t0, y0: Y, dt0) -> State:
         k0 = self.solver.init(problem.term, t0, y0, problem.args)
@@ -106,10 +110,12 @@ class Integrator(eqx.Module):
         first = Decision(jnp.asarray(True), dt, memory, jnp.asarray(0))
         t_next = self._next_time(problem, t0, first, jnp.asarray(True))
         zero = jnp.asarray(0, jnp.int32)
-        return State(
+        state = State(
             t=t0, t_next=t_next, y=y0, solver_state=k0, controller=memory,
-            counts=pack_counts(zero, zero, RESULTS.successful, False),
+            counts=pack_counts(zero, zero, RESULTS.successful, False,
+                               None if problem.event is None else 0),
         )  # fmt: skip
+        return event_at_start(problem, state)
 
     def step(self, problem: Problem, state: State, decisions: RecordedDecisions | None = None):
         """Attempt one step; returns the next state, its output record, and accept.
@@ -173,9 +179,11 @@ class Integrator(eqx.Module):
             controller=controller,
             counts=pack_counts(state.num_accepted + accepted.astype(jnp.int32),
                                state.num_rejected + (~accepted).astype(jnp.int32), result,
-                               jumped),
+                               jumped, None if problem.event is None else state.event),
         )  # fmt: skip
         record = Record(DenseStep(state.t, state.t_next, state.y, out.coeffs), out.y1)
+        if problem.event is not None:
+            new, record = event_step(problem, state, new, record, accepted)
         return new, record, accepted
 
     def record_decisions(self, new: State, accepted) -> RecordedDecisions:
@@ -248,7 +256,8 @@ class Integrator(eqx.Module):
     @property
     def evaluates_dense(self) -> bool:
         """Whether a step computes its dense output (for save times or dense output)."""
-        return self.save_dense or any(layout.num_ts for layout in self.saves)
+        dense = self.save_dense or self.locates_events
+        return dense or any(layout.num_ts for layout in self.saves)
 
     def _emitters(self) -> tuple[Emitter, ...]:
         return _outputs.emitters(self.saves, save_dense=self.save_dense, max_steps=self.max_steps)

@@ -10,28 +10,32 @@ import jax.numpy as jnp
 from jaxtyping import PyTree
 
 from odeckpt._controllers import AbstractLoopController, ControllerState
-from odeckpt._core import Args, Packed, Y
+from odeckpt._core import RESULTS, Args, Packed, Y
 from odeckpt._solvers import DenseStep
 from odeckpt._terms import AbstractTerm
 
+from .conditions import EventRequest
+
 # Positions in `State.counts`.
-_ACCEPTED, _REJECTED, _RESULT, _MADE_JUMP = range(4)
+_ACCEPTED, _REJECTED, _RESULT, _MADE_JUMP, _EVENT = range(5)
 
 
 def _counter(position: int, doc: str) -> property:
     return property(lambda state: state.counts[position], doc=doc)
 
 
-def pack_counts(num_accepted, num_rejected, result, made_jump) -> jax.Array:
-    """`State.counts` from its four values (in the order of the positions above)."""
+def pack_counts(num_accepted, num_rejected, result, made_jump, event=None) -> jax.Array:
+    """`State.counts` from its values (in the order of the positions above); `event`
+    only in a solve with an `Event` (`None`: four counts, as without events)."""
     values = (num_accepted, num_rejected, result, made_jump)
+    values = values if event is None else (*values, event)
     return jnp.stack([jnp.asarray(v).astype(jnp.int32) for v in values])
 
 
 class State(eqx.Module):
     """The loop state between two attempted steps.
 
-    The three int32 counters and the `made_jump` flag travel as one vector (`counts`):
+    The int32 counters and the `made_jump` flag travel as one vector (`counts`):
     each step updates them in one kernel instead of four (XLA's CPU runtime launches a
     kernel per value a loop carries, and a step's own work on a small state is a
     dozen kernels)."""
@@ -41,11 +45,17 @@ class State(eqx.Module):
     y: Y
     solver_state: PyTree  # e.g. f(t, y) for Runge–Kutta (see `Checkpoint`)
     controller: ControllerState
-    counts: jax.Array  # int32 (num_accepted, num_rejected, result, made_jump)
+    counts: jax.Array  # int32 (num_accepted, num_rejected, result, made_jump[, event])
 
     num_accepted = _counter(_ACCEPTED, "Accepted steps so far.")
     num_rejected = _counter(_REJECTED, "Rejected steps so far.")
     result = _counter(_RESULT, "The `RESULTS` code: 0 while the solve goes well.")
+
+    @property
+    def event(self) -> jax.Array:
+        """1 + the index of the event condition that ended the solve; 0: none (always,
+        in a solve without an `Event`, whose counts have no entry for it)."""
+        return self.counts[_EVENT] if self.counts.shape[0] > _EVENT else jnp.asarray(0)
 
     @property
     def made_jump(self) -> jax.Array:
@@ -56,6 +66,13 @@ class State(eqx.Module):
 
     def with_result(self, result) -> "State":
         return eqx.tree_at(lambda s: s.counts, self, self.counts.at[_RESULT].set(result))
+
+    def with_event(self, fired, event) -> "State":
+        """This state with `event` (see `State.event`) and `RESULTS.event_occurred`
+        where `fired`."""
+        code = jnp.where(fired, RESULTS.event_occurred, self.result)
+        counts = self.counts.at[_RESULT].set(code).at[_EVENT].set(jnp.where(fired, event, 0))
+        return eqx.tree_at(lambda s: s.counts, self, counts.astype(jnp.int32))
 
     def with_rejected_step(self, t_next) -> "State":
         """This state after one more rejected step, whose next attempt ends at `t_next`."""
@@ -85,6 +102,7 @@ class Problem(eqx.Module):
     saves: tuple  # one `SaveRequest` per `SubSaveAt` (its save times and `fn`)
     # The number of steps when known before the solve (fixed steps, concrete times).
     expected_steps: int | None = eqx.field(static=True, default=None)
+    event: EventRequest | None = None  # the solve's `Event`, or `None`
 
 
 class RecordedDecisions(eqx.Module):
