@@ -339,11 +339,11 @@ def test_no_twin_helpers():
 
 
 def test_the_pipeline_validates_nothing_itself():
-    """Every input check and its message live in `_validate.py` (and the records'
+    """Every input check and its message live in `_validate/` (and the records'
     own `__check_init__`): `diffeqsolve`'s module raises nothing."""
     tree = ast.parse((PACKAGE / "_solve.py").read_text())
     raises = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Raise)]
-    assert not raises, f"_solve.py raises at lines {raises}; move the check to _validate.py"
+    assert not raises, f"_solve.py raises at lines {raises}; move the check to _validate/"
 
 
 def test_integrator_flags_are_keyword_only():

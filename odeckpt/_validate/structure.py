@@ -1,18 +1,5 @@
-"""Every check of `diffeqsolve`'s inputs, and every message `docs/errors.md` lists for
-them (besides those raised where an object is built, e.g. `SaveAt(ts=...)`).
-
-Structural problems raise at trace time. Value problems raise at trace time too when
-the value is known then (a `ValueError` that quotes the values), and otherwise at run
-time through `eqx.error_if` (an `EquinoxRuntimeError`; `JaxRuntimeError` under plain
-`jax.jit`) with a short message. Each value check is one predicate `bad(xp, ...)`,
-evaluated with NumPy on concrete values and with `jax.numpy` on traced ones.
-
-The checks run in the order `diffeqsolve` calls them: `check_inputs`, `check_terms`,
-`check_times`,
-`check_vector_field`, `check_values`; an input with several problems reports the first.
-"""
-
-from collections.abc import Callable
+"""The structural checks of `diffeqsolve`'s inputs (types, shapes, dtypes, which
+options go together), raised at trace time; see the package docstring."""
 
 import equinox as eqx
 import jax
@@ -22,10 +9,18 @@ import numpy as np
 from odeckpt._adjoints import AbstractAdjoint
 from odeckpt._controllers import AbstractStepSizeController
 from odeckpt._core import concrete, real_dtype
+from odeckpt._event import Event
+from odeckpt._saveat import SaveAt, SubSaveAt, sub_saves
 from odeckpt._solvers import AbstractAdaptiveSolver, AbstractSolver
 
-from ._event import Event
-from ._saveat import SaveAt, SubSaveAt, sub_saves
+from .predicates import (
+    _backwards,
+    _dt0_against_direction,
+    _not_forwards,
+    _not_from_t0_to_t1,
+    _not_positive,
+    _outside,
+)
 
 
 def floating_state(y0, time_dtype):
@@ -290,146 +285,3 @@ def check_save_fns(subs: list[SubSaveAt], t0, y0, args) -> None:
                     f"inf); for leaf {name} `fn(t0, y0, args)` returned {leaf.dtype}. "
                     "Cast it, e.g. `x.astype(float)`."
                 )
-
-
-def check_values(y0, args, t0, t1, dt0, ts, controller, throw: bool, *, event=False):
-    """`(y0, invalid)`: the value checks of every input.
-
-    First the controller's own step times when concrete (with the values in the
-    message). Then each check runs now when its inputs are concrete (raising
-    `ValueError`), else at run time. There, with `throw`, one `eqx.branched_error_if`
-    threaded onto `y0` raises the message of the first failed check (and `invalid` is
-    None; for a `y0` without leaves, e.g. `None`, `invalid` is the flag the error is
-    threaded onto, which the solve's result reads); without, `invalid` is whether any
-    check failed (None when nothing is checked at run time), for the solve to report
-    as `RESULTS.invalid_input`."""
-    if controller.step_times is not None:
-        _check_step_times(controller, t0, t1)
-    pending = []
-    for check in _value_checks(y0, args, t0, t1, dt0, ts, controller, event):
-        values = [concrete(x) for x in check.inputs]
-        if all(v is not None for v in values):
-            if check.bad(np, *values):
-                raise ValueError(check.message)
-        else:
-            failed = check.bad(jnp, *[jnp.asarray(x) for x in check.inputs])
-            pending.append((failed, check.message))
-    if not pending:
-        return y0, None
-    failed = jnp.stack([jnp.asarray(p) for p, _ in pending])
-    if not throw:
-        return y0, jnp.any(failed)
-    messages = [m + " (checked at run time)" for _, m in pending]
-    if not jax.tree.leaves(y0):  # no state to thread onto: the flag carries the error
-        flag = jnp.any(failed)
-        return y0, eqx.branched_error_if(flag, flag, jnp.argmax(failed), messages)
-    return eqx.branched_error_if(y0, jnp.any(failed), jnp.argmax(failed), messages), None
-
-
-class _ValueCheck(eqx.Module):
-    """One value check: `bad(xp, *inputs)` says whether the inputs fail it."""
-
-    inputs: tuple
-    bad: Callable
-    message: str
-
-
-def _value_checks(y0, args, t0, t1, dt0, ts, controller, event):
-    """Each value check, in the order their failures are reported."""
-    for path, leaf in jax.tree_util.tree_flatten_with_path(y0)[0]:
-        name = jax.tree_util.keystr(path) or "y0"
-        message = f"`y0` has NaN or inf values in leaf {name}; pass a finite `y0`."
-        yield _ValueCheck((leaf,), _nonfinite, message)
-    for path, leaf in jax.tree_util.tree_flatten_with_path(args)[0]:
-        if isinstance(leaf, float) or eqx.is_inexact_array(leaf):
-            name = jax.tree_util.keystr(path) or "args"
-            message = f"`args` has NaN or inf values in leaf {name}; pass finite `args`."
-            yield _ValueCheck((leaf,), _nonfinite, message)
-    yield _ValueCheck((t0,), _nonfinite, "`t0` must be finite.")
-    nan = lambda xp, x: xp.isnan(x)  # noqa: E731  (an event may end the solve: t1 may be inf)
-    end = (nan, "`t1` must not be NaN.") if event else (_nonfinite, "`t1` must be finite.")
-    yield _ValueCheck((t1,), *end)
-    if dt0 is not None:
-        message = "`dt0` must be finite and nonzero with the sign of `t1 - t0`."
-        yield _ValueCheck((t0, t1, dt0), _bad_dt0, message)
-    for times in ts:
-        message = "`SaveAt(ts=...)` must lie within [t0, t1]."
-        yield _ValueCheck((t0, t1, times), _any(_outside), message)
-        message = "`SaveAt(ts=...)` must run from t0 towards t1."
-        yield _ValueCheck((t0, t1, times), _any(_backwards), message)
-    name = type(controller).__name__
-    if controller.step_times is not None:
-        steps = (t0, t1, controller.step_times)
-        message = f"`{name}(ts=...)` must start at t0 and end at t1."
-        yield _ValueCheck(steps, _not_from_t0_to_t1, message)
-        message = f"`{name}(ts=...)` must be strictly monotone from t0 to t1."
-        yield _ValueCheck(steps, _any(_not_forwards), message)
-    for times, field in ((controller.landing_times, "step_ts"), (controller.jump_times, "jump_ts")):
-        if times is not None:  # checked with the values when `ClipStepSizeController` is built
-            yield _ValueCheck((times,), _nonfinite, f"`{name}({field}=...)` must be finite.")
-    for tolerance, value in _tolerances(controller):
-        message = f"`{name}({tolerance}=...)` must be positive."
-        yield _ValueCheck((value,), _not_positive, message)
-
-
-# The predicates, for NumPy (concrete values) and jax.numpy (traced ones) alike. The
-# direction is `t1 >= t0` and the interval `[min(t0, t1), max(t0, t1)]` as Python's
-# `min`/`max` read them, also where t0 or t1 is NaN (at run time `t0`/`t1` must be
-# finite is then reported first).
-
-
-def _any(mask: Callable) -> Callable:
-    """The predicate "any element of `mask(xp, ...)` is true"."""
-    return lambda xp, *values: xp.any(mask(xp, *values))
-
-
-def _nonfinite(xp, x):
-    return ~xp.all(xp.isfinite(x))
-
-
-def _direction(xp, t0, t1):
-    """+1 from t0 up to t1, else -1."""
-    return xp.where(t1 >= t0, 1, -1)
-
-
-def known_direction(t0, t1) -> int | None:
-    """+1 (t0 up to t1) or -1 when t0 and t1 are known at trace time (or t1 is a
-    known infinity, for a solve an `Event` ends); None when traced."""
-    c0, c1 = concrete(t0), concrete(t1)
-    if c1 is not None and np.isinf(c1):
-        return 1 if c1 > 0 else -1
-    if c0 is None or c1 is None:
-        return None
-    return int(_direction(np, c0, c1))
-
-
-def _dt0_against_direction(xp, t0, t1, dt0):
-    return (dt0 == 0) | ((t1 != t0) & (xp.sign(dt0) != _direction(xp, t0, t1)))
-
-
-def _bad_dt0(xp, t0, t1, dt0):
-    return _dt0_against_direction(xp, t0, t1, dt0) | ~xp.isfinite(dt0)
-
-
-def _outside(xp, t0, t1, ts):
-    """Per time: outside `[min(t0, t1), max(t0, t1)]`."""
-    lo, hi = xp.where(t1 < t0, t1, t0), xp.where(t1 > t0, t1, t0)
-    return (ts < lo) | (ts > hi)
-
-
-def _backwards(xp, t0, t1, ts):
-    """Per step between save times: against the direction of integration."""
-    return xp.diff(ts) * _direction(xp, t0, t1) < 0
-
-
-def _not_from_t0_to_t1(xp, t0, t1, ts):
-    return (ts[0] != t0) | (ts[-1] != t1)
-
-
-def _not_forwards(xp, t0, t1, ts):
-    """Per step between step times: not strictly in the direction of integration."""
-    return _direction(xp, t0, t1) * xp.diff(ts) <= 0
-
-
-def _not_positive(xp, x):
-    return ~xp.all(x > 0)
