@@ -38,8 +38,7 @@ from odeckpt._core import RESULTS
 from . import linalg as la
 from .base import AbstractAdaptiveSolver, StepOutput
 from .newton import Stage, solve_stage
-from .newton_settings import AbstractNewtonSolver, newton_settings, step_factorisation
-from .verychord import VeryChord
+from .newton_settings import AbstractNewtonSolver, step_factorisation
 
 
 @final
@@ -67,19 +66,6 @@ class ImplicitEuler(AbstractNewtonSolver, AbstractAdaptiveSolver):
     References:
         E. Hairer & G. Wanner, *Solving Ordinary Differential Equations II*, IV.3.
     """
-
-    def __init__(
-        self,
-        rtol: float | None = None,
-        atol: float | None = None,
-        max_iters: int | None = None,
-        *,
-        root_finder: VeryChord | None = None,
-        root_find_max_steps: int | None = None,
-    ):
-        self.root_finder, self.root_find_max_steps = newton_settings(
-            "ImplicitEuler", rtol, atol, max_iters, root_finder, root_find_max_steps
-        )
 
     def order(self, terms) -> int:
         return 1

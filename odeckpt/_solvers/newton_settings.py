@@ -102,9 +102,8 @@ class AbstractNewtonRK(AbstractRungeKutta, AbstractNewtonSolver):
         scan_kind: str | None = None,
     ):
         self.scan_kind = scan_kind
-        self.root_finder, self.root_find_max_steps = newton_settings(
-            type(self).__name__, rtol, atol, max_iters, root_finder, root_find_max_steps
-        )
+        AbstractNewtonSolver.__init__(self, rtol, atol, max_iters, root_finder=root_finder,
+                                      root_find_max_steps=root_find_max_steps)  # fmt: skip
 
     def init(self, term, t0, y0, args):
         """`()`: nothing is carried between steps."""
