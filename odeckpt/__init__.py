@@ -7,6 +7,7 @@ from ._adjoints import (
     CheckpointAdjoint as CheckpointAdjoint,
     ForwardMode as ForwardMode,
     InterpolatingAdjoint as InterpolatingAdjoint,
+    ReversibleAdjoint as ReversibleAdjoint,
 )
 from ._controllers import (
     AbstractAdaptiveStepSizeController as AbstractAdaptiveStepSizeController,
@@ -83,6 +84,7 @@ from ._solvers import (
     Midpoint as Midpoint,
     RadauIIA5 as RadauIIA5,
     Ralston as Ralston,
+    Reversible as Reversible,
     ReversibleHeun as ReversibleHeun,
     Rodas5P as Rodas5P,
     Ros3P as Ros3P,

@@ -8,6 +8,8 @@ is differentiated.
   loop) and its sizing rule.
 - `forward_mode`: `ForwardMode` (a plain loop, for `jax.jvp`).
 - `continuous/`: `BacksolveAdjoint` and `InterpolatingAdjoint` (the adjoint ODE).
+- `reversible`: `ReversibleAdjoint` (a reversible solver's states reconstructed
+  backwards) and the loop it shares with `BacksolveAdjoint()` of a reversible solver.
 """
 
 from .base import (
@@ -25,3 +27,4 @@ from .continuous import (
     InterpolatingAdjoint as InterpolatingAdjoint,
 )
 from .forward_mode import ForwardMode as ForwardMode
+from .reversible import ReversibleAdjoint as ReversibleAdjoint

@@ -57,9 +57,12 @@ class Inverse(eqx.Module):
 
     Attributes:
         scalars: `state -> record`: what the inverse of the step from `state` needs
-            besides the state after it (a few scalars, recorded every step).
-        undo: `(problem, new_state, record, decisions) -> state`: the state the step to
-            `new_state` started from, reconstructed (exactly up to round-off).
+            besides the state after it (a few scalars, recorded every step: its start
+            and end times).
+        undo: `(problem, new_state, record) -> (state, decisions)`: the state the step
+            to `new_state` started from, reconstructed (exactly up to round-off), and
+            the decisions that step took (what `LoopBody.decisions` would have
+            recorded).
         drifted: `(state0, reconstructed) -> bool`: whether the reconstruction of the
             initial state has left it (the inverse steps amplified round-off).
         message: raised (at run time) when it has; `None`: the cotangents are NaN.

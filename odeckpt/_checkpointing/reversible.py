@@ -1,10 +1,10 @@
 """`reversible_loop`: `forward_loop` whose reverse mode reconstructs each state from
 the next one with the step's algebraic inverse, instead of storing it.
 
-The forward pass records, per step, its decisions (as the checkpointed loop does) and
-the scalars its inverse needs (`Inverse.scalars`). The backward pass starts from the
-final state and, for steps n-1, ..., 0, reconstructs the state the step started from
-(`Inverse.undo`) and reverses the step from there exactly as the checkpointed loop
+The forward pass records, per step, only the scalars its inverse needs
+(`Inverse.scalars`: the step's start and end times, 16 bytes in float64). The backward
+pass starts from the final state and, for steps n-1, ..., 0, reconstructs the state the
+step started from and the decisions the step took (`Inverse.undo`) and reverses the step from there exactly as the checkpointed loop
 does (`reverse.reverse_step`: one `jax.vjp` of the step under its recorded decisions,
 plus the cotangents of the outputs it wrote). The gradient is the checkpointed loop's,
 up to the round-off of the reconstruction, with two states in memory (the one in
@@ -29,7 +29,7 @@ from odeckpt._core import (
     zero_rows,
 )
 
-from .body import Emitter, ForwardBody, Inverse, LoopBody, LoopOutput, StepShapes, step_shapes
+from .body import Emitter, ForwardBody, Inverse, LoopBody, LoopOutput, step_shapes
 from .forward import empty_buffers, forward_loop
 from .reverse import is_diff, reverse_step
 
@@ -37,7 +37,6 @@ from .reverse import is_diff, reverse_step
 class _Log(eqx.Module):
     """What the forward pass records per step (`max_steps` rows each)."""
 
-    decisions: object  # what `body.decisions` recorded
     scalars: object  # what `inverse.scalars` recorded, of the state the step started from
     taken: jax.Array  # steps taken so far
 
@@ -46,11 +45,11 @@ def reversible_loop(body: LoopBody, inverse: Inverse, problem, state0, max_steps
     """`forward_loop` whose reverse mode reverses each step from the state `inverse`
     reconstructs (see the module docstring)."""
     like = step_shapes(body, problem, state0)
-    return _reversible((problem, state0), body, inverse, max_steps, like)
+    return _reversible((problem, state0), body, inverse, max_steps, like.record)
 
 
 @eqx.filter_custom_vjp
-def _reversible(vjp_arg, body, inverse, max_steps, like):
+def _reversible(vjp_arg, body, inverse, max_steps, record_like):
     problem, state0 = as_arrays(vjp_arg)
     return forward_loop(body, problem, state0, max_steps)
 
@@ -62,11 +61,7 @@ def _logging_body(body: LoopBody, inverse: Inverse) -> ForwardBody:
         state, log = carry
         new, record, accepted = body.step(problem, state)
         i = log.taken
-        log = _Log(
-            set_row(log.decisions, i, body.decisions(new, accepted)),
-            set_row(log.scalars, i, inverse.scalars(state)),
-            i + 1,
-        )
+        log = _Log(set_row(log.scalars, i, inverse.scalars(state)), i + 1)
         return (new, log), record, accepted
 
     emitters = tuple(
@@ -81,14 +76,10 @@ def _logging_body(body: LoopBody, inverse: Inverse) -> ForwardBody:
 
 
 @_reversible.def_fwd
-def _reversible_fwd(perturbed, vjp_arg, body, inverse, max_steps, like: StepShapes):
+def _reversible_fwd(perturbed, vjp_arg, body, inverse, max_steps, record_like):
     problem, state0 = as_arrays(vjp_arg)
     scalars = eqx.filter_eval_shape(inverse.scalars, state0)
-    log0 = _Log(
-        zero_rows(like.decisions, max_steps),
-        zero_rows(scalars, max_steps),
-        jnp.asarray(0, jnp.int32),
-    )
+    log0 = _Log(zero_rows(scalars, max_steps), jnp.asarray(0, jnp.int32))
     out = forward_loop(_logging_body(body, inverse), problem, (state0, log0), max_steps)
     final, log = out.state
     return LoopOutput(final, out.buffers, out.num_steps), (final, log)
@@ -104,17 +95,16 @@ class _Unwind(eqx.Module):
 
 
 @_reversible.def_bwd
-def _reversible_bwd(residuals, grad_obj, perturbed, vjp_arg, body, inverse, max_steps, like):
+def _reversible_bwd(residuals, grad_obj, perturbed, vjp_arg, body, inverse, max_steps, record_like):
     problem, state0 = as_arrays(vjp_arg)
     final, log = residuals
-    buffers_like = eqx.filter_eval_shape(empty_buffers, body, problem, like.record)
+    buffers_like = eqx.filter_eval_shape(empty_buffers, body, problem, record_like)
     ct_state = eqx.filter(materialize(grad_obj.state, state0), is_diff)
     ct_buffers = materialize(grad_obj.buffers, buffers_like)
 
     def step(carry: _Unwind) -> _Unwind:
         i = carry.b - 1
-        decisions = row(log.decisions, i)
-        state = inverse.undo(problem, carry.state, row(log.scalars, i), decisions)
+        state, decisions = inverse.undo(problem, carry.state, row(log.scalars, i))
         d_problem, ct = reverse_step(body, problem, state, decisions, carry.ct_state, ct_buffers)
         return _Unwind(i, state, tree_add(carry.ct_problem, d_problem), ct)
 

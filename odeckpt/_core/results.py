@@ -56,6 +56,7 @@ class RESULTS(enum.IntEnum, metaclass=_Lookup):
     breakdown = 11
     stagnation = 12
     conlim = 13
+    reversible_drifted = 14
     nonlinear_divergence = 5
     nonlinear_max_steps_reached = 5
     nonfinite = 3
@@ -124,6 +125,13 @@ _MESSAGES = {
     RESULTS.breakdown: "An iterative linear solve broke down." + _UNUSED,
     RESULTS.stagnation: "An iterative linear solve stagnated." + _UNUSED,
     RESULTS.conlim: "An iterative linear solve reached its condition limit." + _UNUSED,
+    RESULTS.reversible_drifted: (
+        "ReversibleAdjoint: the forward states reconstructed backwards with the solver's "
+        "inverse step did not return to the initial state (the inverse steps amplified "
+        "round-off, as a reversible method does on strongly damped or stiff modes), so "
+        "the gradient would be wrong. Use `CheckpointAdjoint()` (the same gradient from "
+        "stored states), or a `Reversible(solver, coupling=...)` closer to 1."
+    ),
 }
 
 # What a failed forward solve names first; `{where}` becomes "t = 0.42 of [0, 10]".

@@ -221,26 +221,39 @@ class Integrator(eqx.Module):
             solver_state = self.solver.init(problem.term, rest["t"], ckpt.y, problem.args)
         return State(y=ckpt.y, solver_state=solver_state, **rest)
 
-    def inverse(self, message: str | None = None) -> Inverse:
+    def inverse(self, message: str | None = None, tolerance: float | None = None) -> Inverse:
         """Each step's inverse, for a reversible solver (`AbstractReversibleSolver`):
-        what `reversible_loop` reconstructs the states with. `message`: raised where the
-        reconstructed `y0` is off by more than `sqrt(eps) (1 + max |y0|)` in some leaf
-        (`None`: the gradient is NaN there)."""
-        return Inverse(scalars=_scalars, undo=self._undo, drifted=_drifted, message=message)
+        what `reversible_loop` reconstructs the states with, recording per step only
+        its start and end times. `message`: raised where the reconstructed initial
+        state (`y` and the solver state) is off by more than `tolerance (1 + max |x|)`
+        in some leaf, `tolerance` `None` meaning `sqrt(eps)` of the leaf's dtype
+        (`message=None`: the gradient is NaN there). Not for a solve with an `Event`
+        or jumps of the vector field (which a step's inverse cannot undo)."""
+        drifted = ft.partial(_drifted, tolerance=tolerance)
+        return Inverse(scalars=_step_times, undo=self._undo, drifted=drifted, message=message)
 
-    def _undo(self, problem: Problem, new: State, scalars, decisions: RecordedDecisions):
-        """The state the step to `new` started from: its scalars as recorded, `y` and the
-        solver state by the solver's `reverse_step` (unchanged by a rejected step)."""
-        solver, rest = self.solver, unpack(scalars)
+    def _undo(self, problem: Problem, new: State, times):
+        """The state the step to `new` started from, and that step's decisions: its
+        times as recorded, accepted where `new.t` moved; `y` and the solver state by the
+        solver's `reverse_step` (unchanged by a rejected step); the counts one step
+        back (the loop only runs from a successful state). The controller's memory is
+        `new`'s: a replay imposes every decision, and no derivative reads the memory
+        (`UniformSteps` finds its grid point from `t` when its count does not match)."""
+        solver, t, t_next = self.solver, times[0], times[1]
         assert isinstance(solver, AbstractReversibleSolver)
+        accepted = new.t != t
 
         def undone(t, t_next, y, k):
             return solver.reverse_step(problem.term, t, t_next - t, y, k, problem.args)
 
         kept = lambda t, t_next, y, k: (y, k)  # noqa: E731
-        operands = (rest["t"], rest["t_next"], new.y, new.solver_state)
-        y, k = batch_cond(decisions.accepted, undone, kept, *operands)
-        return State(y=y, solver_state=k, **rest)
+        y, k = batch_cond(accepted, undone, kept, t, t_next, new.y, new.solver_state)
+        step = accepted.astype(jnp.int32)
+        counts = pack_counts(new.num_accepted - step, new.num_rejected - (1 - step),
+                             RESULTS.successful, False, None if problem.event is None else 0)  # fmt: skip
+        state = State(t=t, t_next=t_next, y=y, solver_state=k, controller=new.controller,
+                      counts=counts)  # fmt: skip
+        return state, RecordedDecisions(accepted, new.t_next)
 
     def body(self) -> LoopBody:
         return LoopBody(
@@ -281,17 +294,27 @@ class Integrator(eqx.Module):
         return dataclasses.replace(self, save_dense=True)
 
 
-def _drifted(state0: State, state: State) -> jax.Array:
-    """Whether `state.y` is off `state0.y` by more than `sqrt(eps) (1 + max |y0|)` in
-    some leaf (`eps` of the leaf's dtype)."""
+def _drifted(state0: State, state: State, tolerance: float | None = None) -> jax.Array:
+    """Whether `state`'s `y` or floating solver state is off `state0`'s by more than
+    `tolerance (1 + max |x0|)` in some leaf (`tolerance=None`: `sqrt(eps)` of the
+    leaf's dtype)."""
 
     def off(a, b):
-        tol = jnp.sqrt(jnp.finfo(b.dtype).eps)
+        tol = jnp.sqrt(jnp.finfo(b.dtype).eps) if tolerance is None else tolerance
         big = jnp.max(jnp.abs(b), initial=0.0)
         return jnp.max(jnp.abs(a - b), initial=0.0) > tol * (1 + big)
 
-    return jnp.any(jnp.stack([jnp.asarray(False), *map(off, jax.tree.leaves(state.y),
-                                                       jax.tree.leaves(state0.y))]))  # fmt: skip
+    def floating(x):
+        return [v for v in jax.tree.leaves(x) if jnp.issubdtype(v.dtype, jnp.inexact)]
+
+    pairs = zip(floating((state.y, state.solver_state)),
+                floating((state0.y, state0.solver_state)), strict=True)  # fmt: skip
+    return jnp.any(jnp.stack([jnp.asarray(False), *(off(a, b) for a, b in pairs)]))
+
+
+def _step_times(state: State) -> jax.Array:
+    """`(t, t_next)`: what `Integrator.inverse` records per step."""
+    return jnp.stack([state.t, state.t_next])
 
 
 def _scalars(state: State):

@@ -20,6 +20,8 @@
 - `leapfrog_midpoint`, `reversible_heun`: solvers that carry state `init` cannot
   rebuild (`LeapfrogMidpoint`'s previous point; `ReversibleHeun`'s `yhat`, which also
   makes its step algebraically reversible: `AbstractReversibleSolver.reverse_step`).
+- `reversible`: `Reversible`, any explicit Runge–Kutta method made algebraically
+  reversible (a second solution `z` carried, coupled to `y`).
 - `dense`: `DenseStep`, the per-step dense-output polynomial, and cubic Hermite.
 
 `EXPLICIT`, `STIFF`, `IMEX` and `STATEFUL` are the registries of the concrete solvers; the
@@ -71,6 +73,7 @@ from .leapfrog_midpoint import LeapfrogMidpoint as LeapfrogMidpoint
 from .newton_settings import AbstractNewtonSolver as AbstractNewtonSolver
 from .partitioned import SemiImplicitEuler as SemiImplicitEuler
 from .radau import RadauIIA5 as RadauIIA5
+from .reversible import Reversible as Reversible
 from .reversible_heun import ReversibleHeun as ReversibleHeun
 from .rosenbrock import (
     AbstractRosenbrock as AbstractRosenbrock,

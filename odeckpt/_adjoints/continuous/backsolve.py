@@ -5,7 +5,7 @@ import numbers
 import jax
 
 from odeckpt._adjoints.base import DEFAULT_MEMORY_BUDGET, check_checkpoints
-from odeckpt._checkpointing import reversible_loop
+from odeckpt._adjoints.reversible import reconstructing_loop
 from odeckpt._controllers import AbstractLoopController
 from odeckpt._core import batch_size, nbytes
 from odeckpt._solvers import AbstractExplicitSolver
@@ -128,16 +128,12 @@ class BacksolveAdjoint(AbstractContinuousAdjoint):
             return super().loop(integrator, problem, state0, max_steps)
         if max_steps is None or self.stepsize_controller is not None:
             return super().loop(integrator, problem, state0, max_steps)  # raises its error
-        if problem.controller.jump_times is not None:
-            raise ValueError(
-                f"`BacksolveAdjoint()` reconstructs the states of {type(solver).__name__} "
-                "backwards with its inverse step, which cannot cross a jump of the vector "
-                "field (`jump_ts`: the solver restarts there). Use `CheckpointAdjoint()`, "
-                "or `BacksolveAdjoint(solver=Tsit5())` for the continuous adjoint."
-            )
         message = _DRIFTED.format(type(solver).__name__) if self.throw else None
-        inverse = integrator.inverse(message)
-        return reversible_loop(integrator.body(), inverse, problem, state0, max_steps)
+        return reconstructing_loop(
+            integrator, problem, state0, max_steps, name="BacksolveAdjoint()",
+            instead="`CheckpointAdjoint()`, or `BacksolveAdjoint(solver=Tsit5())` for the "
+            "continuous adjoint", message=message,
+        )  # fmt: skip
 
     def diverged(self, sw: Sweep) -> jax.Array:
         return ~(sw.worst <= self.divergence_tol)

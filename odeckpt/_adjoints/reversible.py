@@ -1,0 +1,122 @@
+"""`ReversibleAdjoint`: reverse mode through a reversible solver by reconstructing its
+states backwards, and the loop it shares with `BacksolveAdjoint()` of a reversible
+solver."""
+
+import dataclasses
+import numbers
+
+from odeckpt._checkpointing import LoopOutput, reversible_loop
+from odeckpt._core import RESULTS
+
+from .base import AbstractAdjoint
+
+
+def reconstructing_loop(
+    integrator, problem, state0, max_steps: int, *, name: str, instead: str,
+    message: str | None, tolerance: float | None = None,
+) -> LoopOutput:  # fmt: skip
+    """`reversible_loop` over the integrator's steps, their inverse from the solver's
+    `reverse_step`: what `ReversibleAdjoint()` and `BacksolveAdjoint()` of a
+    reversible solver run. `name` and `instead` (the alternatives to suggest) word the
+    refusal of jumps of the vector field; `message` and `tolerance`: see
+    `Integrator.inverse`."""
+    if problem.controller.jump_times is not None:
+        raise ValueError(
+            f"`{name}` reconstructs the states of {type(integrator.solver).__name__} "
+            "backwards with its inverse step, which cannot cross a jump of the vector "
+            f"field (`jump_ts`: the solver restarts there). Use {instead}."
+        )
+    inverse = integrator.inverse(message, tolerance)
+    return reversible_loop(integrator.body(), inverse, problem, state0, max_steps)
+
+
+class ReversibleAdjoint(AbstractAdjoint):
+    """Discretise-then-optimise through an algebraically reversible solver, in O(1)
+    memory: the exact gradient of the numerical solution, as `CheckpointAdjoint`'s (to
+    round-off), without storing the forward states.
+
+    The forward pass records per step only its start and end times (16 bytes in
+    float64; the accept/reject decision is read back from them). The backward pass
+    starts from the final state and, for each step from the last, reconstructs the
+    state it started from with the solver's inverse step (`reverse_step`) and reverses
+    the step there exactly as `CheckpointAdjoint` does: one `jax.vjp` of the step under
+    its recorded decisions, adding the cotangents of the outputs it wrote (every
+    `SaveAt` mode: `t0`, `t1`, `ts`, `steps`, `fn`, dense output). Gradients flow to
+    `y0`, `args`, the vector field's parameters, `t0`, `t1` and `SaveAt(ts)`. Works
+    under `jax.vmap`, in float32 and float64, and in both time directions.
+
+    Reconstruction error control: the backward pass ends at the initial state, which it
+    knows, and compares its reconstruction of it (`y` and the solver state, e.g.
+    `Reversible`'s `z`) with it. Where the inverse steps amplified round-off (strongly
+    damped or stiff modes, which the inverse integrates backwards) and it is off by
+    more than `drift_tol (1 + max |y0|)` in some leaf, the gradient is not returned:
+    with `throw=True` the backward pass raises `RESULTS.reversible_drifted`'s message
+    (which names `CheckpointAdjoint`); with `throw=False` every gradient of the solve
+    is NaN. (The check runs in the backward pass, after `Solution.result` exists, so
+    NaN is how the failure travels, as for `BacksolveAdjoint`.) Round-off in any
+    reconstructed state is carried by the inverse steps to the initial one, so a
+    drift on the way shows there unless later inverse steps contract it again.
+
+    Use it with `Reversible(solver)` (any explicit Runge–Kutta method made reversible)
+    or `ReversibleHeun()`; another solver is refused, naming `Reversible(...)` and
+    `CheckpointAdjoint()`. Not with an `Event` or `jump_ts` (a step's inverse cannot
+    undo them), nor `max_steps=None` (the times are recorded in `max_steps` rows).
+
+    Args:
+        drift_tol: relative distance of the reconstructed initial state from the true
+            one beyond which the gradient is refused. `None`: `sqrt(eps)` of the
+            state's dtype (1.5e-8 in float64, 3.5e-4 in float32).
+        throw: `None` follows `diffeqsolve(throw=...)`.
+
+    Cost: the forward solve plus, per step, its inverse (one step's evaluations) and
+    one VJP of the step (a re-evaluation and its transpose): about 3 forward solves in
+    all, whatever the number of steps. Memory: two solver states (the one in hand and
+    its cotangent) and `max_steps` rows of two times; the outputs' buffers as for every
+    adjoint.
+
+    References:
+        McCallum & Foster (2024), "Efficient, accurate and stable gradients for neural
+        ODEs", arXiv:2410.11648.
+        Kidger, Foster, Li & Lyons (2021), "Efficient and accurate gradients for
+        neural SDEs", NeurIPS (the reversible Heun method).
+    """
+
+    drift_tol: float | None = None
+    throw: bool | None = None
+
+    def __check_init__(self):
+        tol = self.drift_tol
+        real = isinstance(tol, numbers.Real) and not isinstance(tol, bool)
+        if tol is not None and (not real or not tol > 0):
+            raise ValueError(
+                "`ReversibleAdjoint(drift_tol=...)` must be a positive number (a relative "
+                f"distance) or None; got {tol!r}."
+            )
+
+    @property
+    def supports_events(self) -> bool:
+        return False
+
+    def with_throw(self, throw: bool) -> "ReversibleAdjoint":
+        return self if self.throw is not None else dataclasses.replace(self, throw=throw)
+
+    def loop(self, integrator, problem, state0, max_steps):
+        solver = integrator.solver
+        name = type(solver).__name__
+        if not solver.reversible:
+            raise ValueError(
+                f"`ReversibleAdjoint()` reconstructs the forward states with the solver's "
+                f"inverse step, and `{name}` has none. Make it reversible with "
+                f"`Reversible({name}())` (an explicit Runge–Kutta method), or use "
+                "`CheckpointAdjoint()`."
+            )
+        if max_steps is None:
+            raise ValueError(
+                "`ReversibleAdjoint()` records each step's times in `max_steps` rows: pass "
+                "an integer `max_steps`."
+            )
+        message = RESULTS.reversible_drifted.message if self.throw else None
+        return reconstructing_loop(
+            integrator, problem, state0, max_steps, name="ReversibleAdjoint()",
+            instead="`CheckpointAdjoint()`", message=message, tolerance=self.drift_tol,
+        )  # fmt: skip
