@@ -31,7 +31,7 @@ def _coupled(coupling, a, b, c):
     return jax.tree.map(lambda x, y, z: coupling * (x - y) + z, a, b, c)
 
 
-def _reflected(a, b, c):
+def _plus_minus(a, b, c):
     """`a + b - c`, per leaf."""
     return jax.tree.map(lambda x, y, z: x + y - z, a, b, c)
 
@@ -143,7 +143,7 @@ class Reversible(AbstractAdaptiveSolver, AbstractReversibleSolver):
         from_z = _base_step(self.solver, term, t0, dt, z0, args, dense)
         y1 = _coupled(self.coupling, y0, z0, from_z.y1)
         from_y = _base_step(self.solver, term, t0 + dt, -dt, y1, args, False)
-        z1 = _reflected(y1, z0, from_y.y1)
+        z1 = _plus_minus(y1, z0, from_y.y1)
         coeffs = None if from_z.coeffs is None else _shifted_dense(from_z.coeffs, y0, y1)
         return StepOutput(y1, from_y.y_error, z1, coeffs)
 
@@ -151,6 +151,6 @@ class Reversible(AbstractAdaptiveSolver, AbstractReversibleSolver):
         """`(y0, z0)` from `(y1, z1)`: undoes `step(term, t0, dt, ...)` up to round-off."""
         z1 = solver_state
         from_y = _base_step(self.solver, term, t0 + dt, -dt, y1, args, False)
-        z0 = _reflected(z1, from_y.y1, y1)
+        z0 = _plus_minus(z1, from_y.y1, y1)
         from_z = _base_step(self.solver, term, t0, dt, z0, args, False)
         return _uncoupled(self.coupling, y1, from_z.y1, z0), z0
