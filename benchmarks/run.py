@@ -45,11 +45,12 @@ REGISTRY = {
     "xla_cpu": "bench_xla_cpu",
     "reversible": "bench_reversible",
     "events": "bench_events",
+    "reversible_adjoint": "bench_reversible_adjoint",
 }
 
 # Full mode's time limit on an idle 2-core CPU, and each section's share of it in seconds:
-# 39 minutes in all (the solver sections radau, imex, reversible and events raised it
-# from 25), leaving room for a loaded machine. "memory" costs almost nothing in a run of
+# 44 minutes in all (the solver sections radau, imex, reversible, events and
+# reversible_adjoint raised it from 25), leaving room for a loaded machine. "memory" costs almost nothing in a run of
 # every section (the gradient section has already measured it for its plot): its share
 # applies to `--only memory` and is not counted. A section that runs past its share is
 # reported on the console; trim its repeats, sampling budgets or largest sizes, not the
@@ -71,6 +72,7 @@ FULL_BUDGET_SECONDS = {
     "xla_cpu": 120,
     "reversible": 90,
     "events": 120,
+    "reversible_adjoint": 300,
 }
 
 _BLOCK = re.compile(r"<!-- section:(\w+) -->\n.*?<!-- /section:\1 -->\n", re.S)

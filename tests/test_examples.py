@@ -79,6 +79,15 @@ def test_neural_ode_adjoint_flag(flag, expected):
     assert adjoint.checkpoints == 3
 
 
+def test_neural_ode_reversible_flag():
+    for requirement in ("matplotlib", "optax", "tqdm"):
+        pytest.importorskip(requirement)
+    example = load_example("neural_ode")
+    assert type(example.make_adjoint("reversible", None)).__name__ == "ReversibleAdjoint"
+    assert type(example.make_solver("reversible")).__name__ == "Reversible"
+    assert type(example.make_solver("checkpoint")).__name__ == "Tsit5"
+
+
 def test_readme_quickstart(capsys):
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     match = re.search(r"```python\n(.*?)```", readme, flags=re.DOTALL)

@@ -243,11 +243,11 @@ class Integrator(eqx.Module):
         assert isinstance(solver, AbstractReversibleSolver)
         accepted = new.t != t
 
-        def undone(t, t_next, y, k):
+        def undone(problem, t, t_next, y, k):  # `problem` an operand: it may be traced
             return solver.reverse_step(problem.term, t, t_next - t, y, k, problem.args)
 
-        kept = lambda t, t_next, y, k: (y, k)  # noqa: E731
-        y, k = batch_cond(accepted, undone, kept, t, t_next, new.y, new.solver_state)
+        kept = lambda problem, t, t_next, y, k: (y, k)  # noqa: E731
+        y, k = batch_cond(accepted, undone, kept, problem, t, t_next, new.y, new.solver_state)
         step = accepted.astype(jnp.int32)
         counts = pack_counts(new.num_accepted - step, new.num_rejected - (1 - step),
                              RESULTS.successful, False, None if problem.event is None else 0)  # fmt: skip
