@@ -115,15 +115,15 @@ def _variants(field, n):
 
 def _time_rows(steps, budget) -> tuple[list[list[str]], list]:
     rows, points = [], []
-    for name, (field, params, y0) in _problems().items():
+    for name, (field, inputs, y0) in _problems().items():
         for n in steps:
             variants = _variants(field, n)
             fns, evals = {}, {}
             for label, (fn, per_step) in variants.items():
-                fns[label] = compiled = fn.lower(params, y0).compile()
+                fns[label] = compiled = fn.lower(inputs, y0).compile()
                 evals[label] = (per_step, int(compiled.memory_analysis().temp_size_in_bytes))
             print(f"  reversible_adjoint: compiled {name}, n={n}", flush=True)
-            samples = interleaved_samples(fns, (params, y0), budget, min_rounds=5)
+            samples = interleaved_samples(fns, (inputs, y0), budget, min_rounds=5)
             base = samples[REVERSIBLE]
             for label in fns:
                 per_step, temp = evals[label]
@@ -155,9 +155,10 @@ def _damped_rows(dampings, couplings) -> list[list[str]]:
 def _damped_cell(y0, d, exact, coupling) -> str:
     def loss(y0, d):
         field = lambda t, y, d: jnp.stack([y[1], -y[0] - d * y[1]])  # noqa: E731
+        pid = oc.PIDController(rtol=1e-10, atol=1e-12)
         sol = oc.diffeqsolve(field, oc.Reversible(oc.Tsit5(), coupling=coupling), 0.0, 2.0,
                              0.01, y0, d, adjoint=oc.ReversibleAdjoint(), max_steps=4096,
-                             stepsize_controller=oc.PIDController(rtol=1e-10, atol=1e-12))  # fmt: skip
+                             stepsize_controller=pid)  # fmt: skip
         return jnp.sum(sol.ys), sol.stats["num_steps"]
 
     try:
@@ -203,25 +204,40 @@ def run(quick: bool) -> Section:
     return Section(
         title="ReversibleAdjoint: exact gradients in O(1) memory through Reversible(solver)",
         table=Table(
-            ["steps n", "temp memory of the gradient", f"less {BYTES_PER_STEP} B/step",
-             "in states (32 KiB each)"],
+            [
+                "steps n",
+                "temp memory of the gradient",
+                f"less {BYTES_PER_STEP} B/step",
+                "in states (32 KiB each)",
+            ],
             memory_rows,
-            caption=(f"Compiled temporary memory, {STATE_SIZE}-state ring of oscillators, "
-                     f"Reversible(Tsit5()): n = 100000 over n = 1000 after subtracting "
-                     f"{BYTES_PER_STEP} B/step: {growth:.3f}x (target <= 1.1x)."),
+            caption=(
+                f"Compiled temporary memory, {STATE_SIZE}-state ring of oscillators, "
+                f"Reversible(Tsit5()): n = 100000 over n = 1000 after subtracting "
+                f"{BYTES_PER_STEP} B/step: {growth:.3f}x (target <= 1.1x)."
+            ),
         ),  # fmt: skip
         extra_tables=[
             Table(
-                ["problem", "n", "adjoint", "Revolve evaluations / step", "temp memory",
-                 "time", "time / reversible"],
+                [
+                    "problem",
+                    "n",
+                    "adjoint",
+                    "Revolve evaluations / step",
+                    "temp memory",
+                    "time",
+                    "time / reversible",
+                ],
                 time_rows,
                 caption="Gradient time at (about) equal memory; same run, interleaved.",
             ),  # fmt: skip
             Table(
                 ["damping", *(f"coupling {c}" for c in couplings)],
                 damped,
-                caption=("Damped oscillator, gradient of sum(y(2)) against the closed form "
-                         "(relative error, steps taken), or refused (`throw=True`)."),
+                caption=(
+                    "Damped oscillator, gradient of sum(y(2)) against the closed form "
+                    "(relative error, steps taken), or refused (`throw=True`)."
+                ),
             ),  # fmt: skip
         ],
         plots=_plot(points),

@@ -1,14 +1,14 @@
 """Train a neural ODE on noisy Lotka–Volterra trajectories, differentiating through the solver.
 
-The data: predator–prey trajectories, `prey' = prey (1 - predators)` and
-`predators' = predators (prey - 1)`, from random initial populations, solved by odeckpt
-itself and observed with Gaussian noise. The model: `dy/dt = MLP(y)`, an equinox MLP,
-solved with `Tsit5` and an adaptive step; its gradient comes from `CheckpointAdjoint`
-(or a continuous adjoint, `--adjoint`; or `--adjoint reversible`: `Reversible(Tsit5())`
-differentiated by `ReversibleAdjoint`, exact gradients in O(1) memory). Adam (optax) fits it, while the fitted horizon
-grows from a quarter of the time span to all of it over the first `--curriculum` of
-training (long periodic trajectories are hard to fit from scratch). The horizon is a
-traced argument, so the training step compiles once.
+The data: predator–prey trajectories, `prey' = prey (1 - predators)` and `predators' =
+predators (prey - 1)`, from random initial populations, solved by odeckpt itself and
+observed with Gaussian noise. The model: `dy/dt = MLP(y)`, an equinox MLP, solved with
+`Tsit5` and an adaptive step; its gradient comes from `CheckpointAdjoint` (or a
+continuous adjoint, `--adjoint`; or `--adjoint reversible`: `Reversible(Tsit5())`
+differentiated by `ReversibleAdjoint`, exact gradients in O(1) memory). Adam (optax)
+fits it, while the fitted horizon grows from a quarter of the time span to all of it
+over the first `--curriculum` of training (long periodic trajectories are hard to fit
+from scratch). The horizon is a traced argument, so the training step compiles once.
 
 Run from the repository root (a minute or two on two CPU cores):
 

@@ -175,7 +175,8 @@ def test_order_and_dense_output(base, order):
         sol = oc.diffeqsolve(lambda t, y, a: -y, oc.Reversible(base()), 0.0, 1.0, 1.0 / n,
                              jnp.asarray([1.0]), saveat=oc.SaveAt(t1=True, dense=True))  # fmt: skip
         mid = 0.5 + 0.37 / n
-        return abs(float(sol.ys[-1, 0]) - np.exp(-1.0)), abs(float(sol.evaluate(mid)[0]) - np.exp(-mid))
+        at_end = abs(float(sol.ys[-1, 0]) - np.exp(-1.0))
+        return at_end, abs(float(sol.evaluate(mid)[0]) - np.exp(-mid))
 
     (e1, d1), (e2, d2) = errors(8), errors(16)
     assert np.log2(e1 / e2) > order - 0.4, (e1, e2)
@@ -212,9 +213,10 @@ def _damped_outcome(damping, coupling=0.999):
 
     def loss(y0, damping):
         field = lambda t, y, d: jnp.stack([y[1], -y[0] - d * y[1]])  # noqa: E731
+        pid = oc.PIDController(rtol=1e-10, atol=1e-12)
         sol = oc.diffeqsolve(field, oc.Reversible(oc.Tsit5(), coupling=coupling), 0.0, 2.0,
                              0.01, y0, damping, adjoint=oc.ReversibleAdjoint(), max_steps=2048,
-                             stepsize_controller=oc.PIDController(rtol=1e-10, atol=1e-12))  # fmt: skip
+                             stepsize_controller=pid)  # fmt: skip
         return jnp.sum(sol.ys)
 
     inputs, exact = _damped(damping)

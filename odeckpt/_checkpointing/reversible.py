@@ -4,13 +4,14 @@ the next one with the step's algebraic inverse, instead of storing it.
 The forward pass records, per step, only the scalars its inverse needs
 (`Inverse.scalars`: the step's start and end times, 16 bytes in float64). The backward
 pass starts from the final state and, for steps n-1, ..., 0, reconstructs the state the
-step started from and the decisions the step took (`Inverse.undo`) and reverses the step from there exactly as the checkpointed loop
-does (`reverse.reverse_step`: one `jax.vjp` of the step under its recorded decisions,
-plus the cotangents of the outputs it wrote). The gradient is the checkpointed loop's,
-up to the round-off of the reconstruction, with two states in memory (the one in
-hand and its cotangent) whatever the number of steps. Where the reconstruction of the
-initial state has drifted from it (`Inverse.drifted`: the inverse steps amplified
-round-off), the cotangents are NaN, or `Inverse.message` is raised.
+step started from and the decisions the step took (`Inverse.undo`) and reverses the step
+from there exactly as the checkpointed loop does (`reverse.reverse_step`: one `jax.vjp`
+of the step under its recorded decisions, plus the cotangents of the outputs it wrote).
+The gradient is the checkpointed loop's, up to the round-off of the reconstruction, with
+two states in memory (the one in hand and its cotangent) whatever the number of steps.
+Where the reconstruction of the initial state has drifted from it (`Inverse.drifted`:
+the inverse steps amplified round-off), the cotangents are NaN, or `Inverse.message` is
+raised.
 """
 
 import equinox as eqx

@@ -249,8 +249,9 @@ class Integrator(eqx.Module):
         kept = lambda problem, t, t_next, y, k: (y, k)  # noqa: E731
         y, k = batch_cond(accepted, undone, kept, problem, t, t_next, new.y, new.solver_state)
         step = accepted.astype(jnp.int32)
+        event = None if problem.event is None else 0
         counts = pack_counts(new.num_accepted - step, new.num_rejected - (1 - step),
-                             RESULTS.successful, False, None if problem.event is None else 0)  # fmt: skip
+                             RESULTS.successful, False, event)  # fmt: skip
         state = State(t=t, t_next=t_next, y=y, solver_state=k, controller=new.controller,
                       counts=counts)  # fmt: skip
         return state, RecordedDecisions(accepted, new.t_next)
