@@ -84,25 +84,28 @@ class Reversible(AbstractAdaptiveSolver, AbstractReversibleSolver):
 
     It converges with the base method's order. Each step costs two base steps, each
     with its first stage evaluated afresh (`2 x stages` evaluations; no FSAL reuse:
-    the two solutions never share a stage). The error estimate is the base method's
-    for the step from `y1` (as in the reference), so `PIDController` drives it. Dense
-    output is the base step's polynomial from `z0`, moved to run from `y0` to `y1`
-    (exact at both ends, the base method's interpolant's order in between, plus the
-    `(1 - coupling) (z0 - y0)` gap closed linearly).
+    the two solutions never share a stage). Dense output is the base step's polynomial
+    from `z0`, moved to run from `y0` to `y1` (exact at both ends, the base method's
+    interpolant's order in between, plus the `(1 - coupling) (z0 - y0)` gap closed
+    linearly).
+
+    Stability: the coupled pair has a second, parasitic mode. On `y' = lambda y`, with
+    exact base steps, the step's eigenvalues are `e^(h lambda)` and
+    `coupling e^(-h lambda)`: on a decaying mode the second exceeds 1 once
+    `h |lambda| > -log(coupling)`, and `y - z` grows from the local errors. The error
+    estimate is therefore the base method's for the step from `y1` (the reference's)
+    plus the change of `y - z` over the step, so that an adaptive controller keeps the
+    parasitic mode at the tolerance (on a strongly damped problem with steps too small
+    to finish: the solve then stops at `max_steps`). Smaller couplings damp `y - z` but
+    amplify round-off in the inverse step by `1 / coupling` per step. The default 0.999
+    is the reference's; the measured trade-off is in `docs/adjoints.md`. The method is
+    for neural ODEs and oscillatory or conservative problems.
 
     It is a solver in its own right: `CheckpointAdjoint` (checkpoints store `(y, z)`:
     `state_rebuildable` is false) and `ForwardMode` differentiate it like any other;
     `ReversibleAdjoint()` reconstructs its states backwards and gives the same
     gradient with O(1) states in memory. After a jump of the vector field it restarts
     (`z = y`).
-
-    The coupling: `coupling = 1` gives `y1 = Psi_h(t0, z0) + (y0 - z0)`, whose
-    inverse divides by 1 (the most stable reconstruction), but `y - z` is then not
-    damped, so the two solutions may drift apart on long solves (the method's own
-    stability); smaller values damp `y - z` by `coupling` per step and amplify
-    round-off in the reconstruction by `1 / coupling` per step (McCallum & Foster,
-    Section 3). The default 0.999 (the reference's) balances the two; the measured
-    effect is in `docs/adjoints.md`.
 
     Args:
         solver: the base method, an explicit Runge–Kutta method with an error estimate
