@@ -63,13 +63,18 @@ class Inverse(eqx.Module):
             to `new_state` started from, reconstructed (exactly up to round-off), and
             the decisions that step took (what `LoopBody.decisions` would have
             recorded).
-        drifted: `(state0, reconstructed) -> bool`: whether the reconstruction of the
-            initial state has left it (the inverse steps amplified round-off).
+        checksum: `state -> scalar`: a summary of a state, summed over the states the
+            steps started from by the forward pass and again over the reconstructed
+            ones by the backward pass.
+        drifted: `(state0, reconstructed, forward_sum, backward_sum) -> bool`: whether
+            the reconstruction of the initial state has left it, or the checksums
+            differ (the inverse steps amplified round-off).
         message: raised (at run time) when it has; `None`: the cotangents are NaN.
     """
 
     scalars: Callable = eqx.field(static=True)
     undo: Callable = eqx.field(static=True)
+    checksum: Callable = eqx.field(static=True)
     drifted: Callable = eqx.field(static=True)
     message: str | None = eqx.field(static=True, default=None)
 

@@ -10,8 +10,9 @@ of the step under its recorded decisions, plus the cotangents of the outputs it 
 The gradient is the checkpointed loop's, up to the round-off of the reconstruction, with
 two states in memory (the one in hand and its cotangent) whatever the number of steps.
 Where the reconstruction of the initial state has drifted from it (`Inverse.drifted`:
-the inverse steps amplified round-off), the cotangents are NaN, or `Inverse.message` is
-raised.
+the inverse steps amplified round-off), or where the reconstructed states' checksum
+(`Inverse.checksum`, summed over every step) misses the forward pass's, the cotangents
+are NaN, or `Inverse.message` is raised.
 """
 
 import equinox as eqx
@@ -40,6 +41,7 @@ class _Log(eqx.Module):
 
     scalars: object  # what `inverse.scalars` recorded, of the state the step started from
     taken: jax.Array  # steps taken so far
+    checksum: jax.Array  # `inverse.checksum` summed over the states the steps started from
 
 
 def reversible_loop(body: LoopBody, inverse: Inverse, problem, state0, max_steps: int):
@@ -62,7 +64,8 @@ def _logging_body(body: LoopBody, inverse: Inverse) -> ForwardBody:
         state, log = carry
         new, record, accepted = body.step(problem, state)
         i = log.taken
-        log = _Log(set_row(log.scalars, i, inverse.scalars(state)), i + 1)
+        checksum = log.checksum + inverse.checksum(state)
+        log = _Log(set_row(log.scalars, i, inverse.scalars(state)), i + 1, checksum)
         return (new, log), record, accepted
 
     emitters = tuple(
@@ -80,7 +83,8 @@ def _logging_body(body: LoopBody, inverse: Inverse) -> ForwardBody:
 def _reversible_fwd(perturbed, vjp_arg, body, inverse, max_steps, record_like):
     problem, state0 = as_arrays(vjp_arg)
     scalars = eqx.filter_eval_shape(inverse.scalars, state0)
-    log0 = _Log(zero_rows(scalars, max_steps), jnp.asarray(0, jnp.int32))
+    zero = jnp.zeros_like(inverse.checksum(state0))
+    log0 = _Log(zero_rows(scalars, max_steps), jnp.asarray(0, jnp.int32), zero)
     out = forward_loop(_logging_body(body, inverse), problem, (state0, log0), max_steps)
     final, log = out.state
     return LoopOutput(final, out.buffers, out.num_steps), (final, log)
@@ -93,6 +97,7 @@ class _Unwind(eqx.Module):
     state: object  # the state after step b-1 (reconstructed)
     ct_problem: object  # of the problem's floating leaves, summed over the reversed steps
     ct_state: object  # of `state`
+    checksum: jax.Array  # `inverse.checksum` summed over the reconstructed states
 
 
 @_reversible.def_bwd
@@ -107,12 +112,14 @@ def _reversible_bwd(residuals, grad_obj, perturbed, vjp_arg, body, inverse, max_
         i = carry.b - 1
         state, decisions = inverse.undo(problem, carry.state, row(log.scalars, i))
         d_problem, ct = reverse_step(body, problem, state, decisions, carry.ct_state, ct_buffers)
-        return _Unwind(i, state, tree_add(carry.ct_problem, d_problem), ct)
+        checksum = carry.checksum + inverse.checksum(state)
+        return _Unwind(i, state, tree_add(carry.ct_problem, d_problem), ct, checksum)
 
     zeros = tree_zeros_like(eqx.filter(problem, is_diff))
-    init = batched_like(_Unwind(log.taken, final, zeros, ct_state), (log.taken, final, ct_state))
+    init = _Unwind(log.taken, final, zeros, ct_state, jnp.zeros_like(log.checksum))
+    init = batched_like(init, (log.taken, final, ct_state, log.checksum))
     out = lax.while_loop(lambda carry: carry.b > 0, step, init)
-    drifted = inverse.drifted(state0, out.state)
+    drifted = inverse.drifted(state0, out.state, log.checksum, out.checksum)
     return _unless_drifted(inverse, drifted, (out.ct_problem, out.ct_state))
 
 

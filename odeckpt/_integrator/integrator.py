@@ -226,11 +226,14 @@ class Integrator(eqx.Module):
         what `reversible_loop` reconstructs the states with, recording per step only
         its start and end times. `message`: raised where the reconstructed initial
         state (`y` and the solver state) is off by more than `tolerance (1 + max |x|)`
-        in some leaf, `tolerance` `None` meaning `sqrt(eps)` of the leaf's dtype
+        in some leaf, `tolerance` `None` meaning `sqrt(eps)` of the leaf's dtype, or
+        where the sum of `sum |x|` over every reconstructed state (`y` and the solver
+        state) misses the forward pass's by more than `tolerance` relatively
         (`message=None`: the gradient is NaN there). Not for a solve with an `Event`
         or jumps of the vector field (which a step's inverse cannot undo)."""
         drifted = ft.partial(_drifted, tolerance=tolerance)
-        return Inverse(scalars=_step_times, undo=self._undo, drifted=drifted, message=message)
+        return Inverse(scalars=_step_times, undo=self._undo, checksum=_checksum, drifted=drifted,
+                       message=message)  # fmt: skip
 
     def _undo(self, problem: Problem, new: State, times):
         """The state the step to `new` started from, and that step's decisions: its
@@ -295,22 +298,33 @@ class Integrator(eqx.Module):
         return dataclasses.replace(self, save_dense=True)
 
 
-def _drifted(state0: State, state: State, tolerance: float | None = None) -> jax.Array:
+def _floating(state: State) -> list:
+    """The floating leaves of `state.y` and `state.solver_state`."""
+    leaves = jax.tree.leaves((state.y, state.solver_state))
+    return [x for x in leaves if jnp.issubdtype(x.dtype, jnp.inexact)]
+
+
+def _checksum(state: State) -> jax.Array:
+    """`sum |x|` over the floating leaves of `y` and the solver state, in the time dtype."""
+    dtype = state.t.dtype
+    return sum((jnp.sum(jnp.abs(x)).astype(dtype) for x in _floating(state)), jnp.zeros((), dtype))
+
+
+def _drifted(state0: State, state: State, forward_sum, backward_sum, tolerance=None):
     """Whether `state`'s `y` or floating solver state is off `state0`'s by more than
-    `tolerance (1 + max |x0|)` in some leaf (`tolerance=None`: `sqrt(eps)` of the
-    leaf's dtype)."""
+    `tolerance (1 + max |x0|)` in some leaf, or the checksums differ by more than
+    `tolerance (1 + forward_sum)` (`tolerance=None`: `sqrt(eps)` of the dtype)."""
+
+    def tol(dtype):
+        return jnp.sqrt(jnp.finfo(dtype).eps) if tolerance is None else tolerance
 
     def off(a, b):
-        tol = jnp.sqrt(jnp.finfo(b.dtype).eps) if tolerance is None else tolerance
         big = jnp.max(jnp.abs(b), initial=0.0)
-        return jnp.max(jnp.abs(a - b), initial=0.0) > tol * (1 + big)
+        return jnp.max(jnp.abs(a - b), initial=0.0) > tol(b.dtype) * (1 + big)
 
-    def floating(x):
-        return [v for v in jax.tree.leaves(x) if jnp.issubdtype(v.dtype, jnp.inexact)]
-
-    pairs = zip(floating((state.y, state.solver_state)),
-                floating((state0.y, state0.solver_state)), strict=True)  # fmt: skip
-    return jnp.any(jnp.stack([jnp.asarray(False), *(off(a, b) for a, b in pairs)]))
+    pairs = zip(_floating(state), _floating(state0), strict=True)
+    sums = jnp.abs(forward_sum - backward_sum) > tol(forward_sum.dtype) * (1 + forward_sum)
+    return jnp.any(jnp.stack([sums, *(off(a, b) for a, b in pairs)]))
 
 
 def _step_times(state: State) -> jax.Array:
