@@ -47,15 +47,17 @@ class ReversibleAdjoint(AbstractAdjoint):
 
     Reconstruction error control: the backward pass ends at the initial state, which it
     knows, and compares its reconstruction of it (`y` and the solver state, e.g.
-    `Reversible`'s `z`) with it. Where the inverse steps amplified round-off (strongly
-    damped or stiff modes, which the inverse integrates backwards) and it is off by
-    more than `drift_tol (1 + max |y0|)` in some leaf, the gradient is not returned:
+    `Reversible`'s `z`) with it; and the forward pass sums a checksum of every state a
+    step started from (`sum |x|` over `y` and the solver state: one scalar), which the
+    backward pass sums again over the states it reconstructs. Where the inverse steps
+    amplified round-off (strongly damped or stiff modes, which the inverse integrates
+    backwards) and the initial state is off by more than `drift_tol (1 + max |y0|)` in
+    some leaf, or the checksums by more than `drift_tol (1 + checksum)`, the gradient
+    is not returned:
     with `throw=True` the backward pass raises `RESULTS.reversible_drifted`'s message
     (which names `CheckpointAdjoint`); with `throw=False` every gradient of the solve
     is NaN. (The check runs in the backward pass, after `Solution.result` exists, so
-    NaN is how the failure travels, as for `BacksolveAdjoint`.) Round-off in any
-    reconstructed state is carried by the inverse steps to the initial one, so a
-    drift on the way shows there unless later inverse steps contract it again.
+    NaN is how the failure travels, as for `BacksolveAdjoint`.)
 
     Use it with `Reversible(solver)` (any explicit Runge–Kutta method made reversible)
     or `ReversibleHeun()`; another solver is refused, naming `Reversible(...)` and
