@@ -313,7 +313,8 @@ def _checksum(state: State) -> jax.Array:
 def _drifted(state0: State, state: State, forward_sum, backward_sum, tolerance=None):
     """Whether `state`'s `y` or floating solver state is off `state0`'s by more than
     `tolerance (1 + max |x0|)` in some leaf, or the checksums differ by more than
-    `tolerance (1 + forward_sum)` (`tolerance=None`: `sqrt(eps)` of the dtype)."""
+    `tolerance (1 + forward_sum)` (`tolerance=None`: `sqrt(eps)` of the leaf's dtype,
+    for the checksums of the least precise leaf's)."""
 
     def tol(dtype):
         return jnp.sqrt(jnp.finfo(dtype).eps) if tolerance is None else tolerance
@@ -322,8 +323,11 @@ def _drifted(state0: State, state: State, forward_sum, backward_sum, tolerance=N
         big = jnp.max(jnp.abs(b), initial=0.0)
         return jnp.max(jnp.abs(a - b), initial=0.0) > tol(b.dtype) * (1 + big)
 
-    pairs = zip(_floating(state), _floating(state0), strict=True)
-    sums = jnp.abs(forward_sum - backward_sum) > tol(forward_sum.dtype) * (1 + forward_sum)
+    pairs = list(zip(_floating(state), _floating(state0), strict=True))
+    # The states' own precision (the sums are accumulated in the time dtype).
+    coarsest = max((b.dtype for _, b in pairs), key=lambda d: jnp.finfo(d).eps, default=None)
+    scale = tol(forward_sum.dtype if coarsest is None else coarsest) * (1 + forward_sum)
+    sums = jnp.abs(forward_sum - backward_sum) > scale
     return jnp.any(jnp.stack([sums, *(off(a, b) for a, b in pairs)]))
 
 
