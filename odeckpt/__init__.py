@@ -5,6 +5,7 @@ from ._adjoints import (
     AbstractAdjoint as AbstractAdjoint,
     BacksolveAdjoint as BacksolveAdjoint,
     CheckpointAdjoint as CheckpointAdjoint,
+    DirectAdjoint as DirectAdjoint,
     ForwardMode as ForwardMode,
     InterpolatingAdjoint as InterpolatingAdjoint,
 )

@@ -6,6 +6,7 @@ is differentiated.
 - `base`: `AbstractAdjoint`, and the memory figures the sizing rules share.
 - `checkpoint`: `CheckpointAdjoint` (discretise-then-optimise through the checkpointed
   loop) and its sizing rule.
+- `direct`: `DirectAdjoint` (both autodiff modes through a scan of `max_steps`).
 - `forward_mode`: `ForwardMode` (a plain loop, for `jax.jvp`).
 - `continuous/`: `BacksolveAdjoint` and `InterpolatingAdjoint` (the adjoint ODE).
 """
@@ -24,4 +25,5 @@ from .continuous import (
     BacksolveAdjoint as BacksolveAdjoint,
     InterpolatingAdjoint as InterpolatingAdjoint,
 )
+from .direct import DirectAdjoint as DirectAdjoint
 from .forward_mode import ForwardMode as ForwardMode
