@@ -49,7 +49,7 @@ def bounded_loop(body: AbstractForwardBody, problem, state0, max_steps: int) -> 
     (dynamic, n), (records, ends) = lax.scan(iteration, init, None, length=max_steps)
     starts = _span_starts(body, problem, state0)
     buffers = tuple(
-        _rows(e, problem, records, lo, his)
+        _emitted_rows(e, problem, records, lo, his)
         for e, lo, his in zip(body.emitters, starts, ends, strict=True)
     )
     return LoopOutput(eqx.combine(dynamic, static), buffers, n)
@@ -63,7 +63,7 @@ def _span_ends(body: AbstractForwardBody, problem, state, new) -> tuple:
     return tuple(jnp.asarray(e.span(problem, state, new)[1], jnp.int32) for e in body.emitters)
 
 
-def _rows(e: Emitter, problem, records, lo, his):
+def _emitted_rows(e: Emitter, problem, records, lo, his):
     """Emitter `e`'s buffer: row `j` from the record of the step whose span holds it
     (`lo <= j < his[-1]`; `his` is non-decreasing), `inf` where no step wrote."""
 
