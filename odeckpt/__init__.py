@@ -7,6 +7,7 @@ from ._adjoints import (
     CheckpointAdjoint as CheckpointAdjoint,
     DirectAdjoint as DirectAdjoint,
     ForwardMode as ForwardMode,
+    ImplicitAdjoint as ImplicitAdjoint,
     InterpolatingAdjoint as InterpolatingAdjoint,
 )
 from ._controllers import (

@@ -277,6 +277,13 @@ OPTIONS = [
     Case("`max_steps=None` with `InterpolatingAdjoint`", "ValueError",
          "`InterpolatingAdjoint` needs a bounded loop: pass an integer `max_steps`",
          lambda: _solve(max_steps=None, adjoint=oc.InterpolatingAdjoint())),
+    Case("`max_steps=None` with `DirectAdjoint`", "ValueError",
+         "`DirectAdjoint` runs a loop of `max_steps` iterations: pass an integer `max_steps`",
+         lambda: _solve(max_steps=None, adjoint=oc.DirectAdjoint())),
+    Case("`ImplicitAdjoint` with outputs other than `SaveAt(t1=True)`", "ValueError",
+         "`ImplicitAdjoint()` differentiates the final (steady) state only: use "
+         "`SaveAt(t1=True)`",
+         lambda: _solve(saveat=oc.SaveAt(ts=[0.5]), adjoint=oc.ImplicitAdjoint())),
     Case("`rtol` <= 0", "ValueError", "`PIDController(rtol=...)` must be positive; got 0.0.",
          lambda: _solve(stepsize_controller=oc.PIDController(rtol=0.0, atol=1e-6))),
     Case("`atol` <= 0", "ValueError", "`PIDController(atol=...)` must be positive; got -1e-09.",

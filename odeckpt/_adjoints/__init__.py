@@ -7,6 +7,8 @@ is differentiated.
 - `checkpoint`: `CheckpointAdjoint` (discretise-then-optimise through the checkpointed
   loop) and its sizing rule.
 - `direct`: `DirectAdjoint` (both autodiff modes through a scan of `max_steps`).
+- `implicit`: `ImplicitAdjoint` (a steady state's derivative by the implicit function
+  theorem).
 - `forward_mode`: `ForwardMode` (a plain loop, for `jax.jvp`).
 - `continuous/`: `BacksolveAdjoint` and `InterpolatingAdjoint` (the adjoint ODE).
 """
@@ -27,3 +29,4 @@ from .continuous import (
 )
 from .direct import DirectAdjoint as DirectAdjoint
 from .forward_mode import ForwardMode as ForwardMode
+from .implicit import ImplicitAdjoint as ImplicitAdjoint
