@@ -83,6 +83,7 @@ from ._solvers import (
     Kvaerno5 as Kvaerno5,
     LeapfrogMidpoint as LeapfrogMidpoint,
     Midpoint as Midpoint,
+    MultiButcherTableau as MultiButcherTableau,
     RadauIIA5 as RadauIIA5,
     Ralston as Ralston,
     ReversibleHeun as ReversibleHeun,
