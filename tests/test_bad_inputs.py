@@ -183,9 +183,10 @@ TIMES = [
     Case("`ClipStepSizeController` around `StepTo`", "ValueError",
          "`ClipStepSizeController` cannot wrap `StepTo`, which fixes every step itself",
          lambda: oc.ClipStepSizeController(oc.StepTo(jnp.asarray([0.0, 1.0])))),
-    Case("`ClipStepSizeController(store_rejected_steps)` set", "ValueError",
-         "`ClipStepSizeController(store_rejected_steps=...)` is not supported",
-         lambda: oc.ClipStepSizeController(PID, store_rejected_steps=10)),
+    Case("`ClipStepSizeController(store_rejected_steps)` not a positive integer", "ValueError",
+         "`ClipStepSizeController(store_rejected_steps=...)` must be a positive integer or "
+         "None; got 0.",
+         lambda: oc.ClipStepSizeController(PID, store_rejected_steps=0)),
     Case("`ClipStepSizeController(step_ts)` not 1-D", "ValueError",
          "`ClipStepSizeController(step_ts=...)` must be a 1-D array of times; got shape ().",
          lambda: oc.ClipStepSizeController(PID, step_ts=0.5)),

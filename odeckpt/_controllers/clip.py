@@ -60,15 +60,16 @@ class ClipStepSizeController(AbstractAdaptiveStepSizeController):
             accepts adaptive controllers only), or another `ClipStepSizeController`.
         step_ts: times every solve steps to exactly, or `None`.
         jump_ts: times at which the vector field may be discontinuous, or `None`.
-        store_rejected_steps: `None` only. (diffrax revisits the times of rejected
-            steps for SDEs with non-commutative noise; an ODE solve has no use for it.)
+        store_rejected_steps: accepted and unused: diffrax revisits the times of up to
+            this many rejected steps, which matters for SDEs (the Brownian path must not
+            be sampled with a bias); an ODE solve's values need no revisiting.
 
     Raises:
         TypeError: `controller` is not a step-size controller, or the times are not
             real numbers.
         ValueError: `controller` fixes every step itself (`StepTo`), the times are not
             a 1-D array or (when known at construction) not finite, or
-            `store_rejected_steps` is set.
+            `store_rejected_steps` is not a positive integer or None.
 
     Cost: one comparison per time per step; a jump costs one extra evaluation of the
     vector field (the restart's first stage).
@@ -91,15 +92,16 @@ class ClipStepSizeController(AbstractAdaptiveStepSizeController):
                 f"`ClipStepSizeController` cannot wrap `{name}`, which fixes every step "
                 f"itself: add the times to `{name}(ts=...)` instead."
             )
-        if store_rejected_steps is not None:
+        positive = isinstance(store_rejected_steps, int) and store_rejected_steps > 0
+        if store_rejected_steps is not None and not positive:
             raise ValueError(
-                "`ClipStepSizeController(store_rejected_steps=...)` is not supported: "
-                "revisiting rejected steps matters for SDEs only. Pass `None`."
+                "`ClipStepSizeController(store_rejected_steps=...)` must be a positive "
+                f"integer or None; got {store_rejected_steps!r}."
             )
         self.controller = controller
         self.step_ts = _sorted_times(step_ts, "step_ts")
         self.jump_ts = _sorted_times(jump_ts, "jump_ts")
-        self.store_rejected_steps = None
+        self.store_rejected_steps = store_rejected_steps
 
     # diffrax's names for the wrapped controller's tolerances and norm (`None` around a
     # controller without them).
