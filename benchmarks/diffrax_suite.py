@@ -740,8 +740,7 @@ def setup_lines(ctx: dict) -> list[str]:
         "with name bindings only:",
         "",
         "- `from odeckpt import *`: every public odeckpt name under its own name;",
-        f"- renames: {renames} (`DirectAdjoint` has no rename: no odeckpt adjoint does "
-        "both forward and reverse mode);",
+        f"- renames: {renames};",
         f"- {len(OUT_OF_SCOPE_NAMES)} SDE, Brownian-path and CDE names bound to one "
         "placeholder class `OutOfScope`, so that ODE test files mentioning them import: "
         + ", ".join(OUT_OF_SCOPE_NAMES)
