@@ -173,8 +173,8 @@ def test_gradient_with_respect_to_the_jump_time(adjoint):
 
 @pytest.mark.parametrize(
     ("adjoint", "backwards"),
-    [("checkpoint", False), ("checkpoint-3", True), ("direct", False),
-     ("forward", True)],
+    [("checkpoint", False), pytest.param("checkpoint-3", True, marks=pytest.mark.slow),
+     pytest.param("direct", False, marks=pytest.mark.slow), ("forward", True)],
 )  # fmt: skip
 def test_gradient_with_respect_to_a_discontinuity_in_step_ts(adjoint, backwards):
     """The dose time given as `step_ts` (not `jump_ts`): steps land on it, and the

@@ -136,3 +136,25 @@ def test_max_steps_reached_and_max_steps_none():
         )  # fmt: skip
     with pytest.raises(ValueError, match="`DirectAdjoint` runs a loop of `max_steps`"):
         _solve(1.0, jnp.array([1.0]), adjoint=oc.DirectAdjoint(), max_steps=None)
+
+
+@pytest.mark.slow
+def test_event_time_and_its_derivatives_equal_the_closed_form():
+    """A ball dropped from h0 hits the ground at t* = sqrt(2 h0 / g): the located time,
+    its gradient and its tangent through `DirectAdjoint`."""
+    g = 9.81
+
+    def impact(h0):
+        sol = oc.diffeqsolve(
+            lambda t, y, args: jnp.stack([y[1], -g * jnp.ones_like(y[1])]), oc.Tsit5(),
+            0.0, 10.0, 0.01, jnp.stack([h0, 0.0]), adjoint=oc.DirectAdjoint(), max_steps=64,
+            event=oc.Event(lambda t, y, args, **kwargs: y[0]),
+            stepsize_controller=oc.PIDController(rtol=1e-10, atol=1e-10),
+        )  # fmt: skip
+        return sol.ts[-1]
+
+    exact = lambda h0: jnp.sqrt(2 * h0 / g)  # noqa: E731
+    h0 = jnp.asarray(2.0)
+    np.testing.assert_allclose(impact(h0), exact(h0), rtol=1e-10)
+    np.testing.assert_allclose(jax.grad(impact)(h0), jax.grad(exact)(h0), rtol=1e-8)
+    np.testing.assert_allclose(jax.jvp(impact, (h0,), (1.0,))[1], jax.grad(exact)(h0), rtol=1e-8)

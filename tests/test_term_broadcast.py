@@ -10,7 +10,7 @@ import pytest
 import odeckpt as oc
 
 
-@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+@pytest.mark.parametrize("dtype", [pytest.param(jnp.float32, marks=pytest.mark.slow), jnp.float64])
 @pytest.mark.parametrize(
     "rate", [1.5, 2, np.float32(0.5), "row"], ids=["float", "int", "f32", "row"]
 )
