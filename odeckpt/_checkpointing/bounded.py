@@ -56,7 +56,7 @@ def bounded_loop(body: AbstractForwardBody, problem, state0, max_steps: int) -> 
 
 
 def _span_starts(body: AbstractForwardBody, problem, state0) -> tuple:
-    return tuple(e.span(problem, state0, state0)[0] for e in body.emitters)
+    return tuple(jnp.asarray(e.span(problem, state0, state0)[0], jnp.int32) for e in body.emitters)
 
 
 def _span_ends(body: AbstractForwardBody, problem, state, new) -> tuple:
@@ -68,7 +68,7 @@ def _emitted_rows(e: Emitter, problem, records, lo, his):
     (`lo <= j < his[-1]`; `his` is non-decreasing), `inf` where no step wrote."""
 
     def row(j):
-        k = jnp.minimum(jnp.searchsorted(his, j, side="right"), his.shape[0] - 1)
+        k = jnp.minimum(jnp.searchsorted(his, j, side="right").astype(jnp.int32), his.shape[0] - 1)
         written = (j >= lo) & (j < his[-1])
         # An unwritten row's value is discarded: no cotangent may flow back through it
         # (its record may be the zeros of an iteration that took no step).
@@ -77,7 +77,7 @@ def _emitted_rows(e: Emitter, problem, records, lo, his):
         value = e.value(_held(problem, hold), record, j)
         return jax.tree.map(lambda v: jnp.where(written, v, jnp.full_like(v, jnp.inf)), value)
 
-    return jax.vmap(row)(jnp.arange(e.size))
+    return jax.vmap(row)(jnp.arange(e.size, dtype=jnp.int32))
 
 
 def _held(tree, hold):
