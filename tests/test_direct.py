@@ -95,13 +95,13 @@ def test_steps_rows_gradient_and_tangent_equal_the_closed_form():
         return jnp.sum(jnp.where(jnp.isfinite(ys), ys, 0.0) ** 2)
 
     def exact_loss(k):
-        ts = 0.1 * jnp.arange(1, 21)
+        ts = 0.1 * jnp.arange(1.0, 21.0)
         return jnp.sum(jax.vmap(lambda t: _exact(k, y0, t))(ts) ** 2)
 
     k = 0.8
     ys = rows(k)
     assert np.isinf(ys[20:]).all()
-    assert np.allclose(ys[:20], jax.vmap(lambda t: _exact(k, y0, t))(0.1 * jnp.arange(1, 21)),
+    assert np.allclose(ys[:20], jax.vmap(lambda t: _exact(k, y0, t))(0.1 * jnp.arange(1.0, 21.0)),
                        rtol=1e-6)  # fmt: skip
     gradient = jax.grad(loss)(k)
     tangent = jax.jvp(loss, (k,), (1.0,))[1]
