@@ -52,6 +52,7 @@ def test_steady_state_and_its_derivatives_equal_the_roots():
     np.testing.assert_allclose(tangent, d_dc, rtol=1e-7)
 
 
+@pytest.mark.slow
 def test_parameters_held_by_the_vector_field_under_vmap():
     """Gradients reach arrays the vector field closes over; batched over `c`."""
     roots, _, d_dc = _reference()
