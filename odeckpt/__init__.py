@@ -5,7 +5,9 @@ from ._adjoints import (
     AbstractAdjoint as AbstractAdjoint,
     BacksolveAdjoint as BacksolveAdjoint,
     CheckpointAdjoint as CheckpointAdjoint,
+    DirectAdjoint as DirectAdjoint,
     ForwardMode as ForwardMode,
+    ImplicitAdjoint as ImplicitAdjoint,
     InterpolatingAdjoint as InterpolatingAdjoint,
     ReversibleAdjoint as ReversibleAdjoint,
 )
@@ -82,6 +84,7 @@ from ._solvers import (
     Kvaerno5 as Kvaerno5,
     LeapfrogMidpoint as LeapfrogMidpoint,
     Midpoint as Midpoint,
+    MultiButcherTableau as MultiButcherTableau,
     RadauIIA5 as RadauIIA5,
     Ralston as Ralston,
     Reversible as Reversible,

@@ -8,6 +8,7 @@ from typing import Any, Generic, TypeVar, cast
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from odeckpt._core import Args, RealScalarLike, Y
 
@@ -90,7 +91,43 @@ class ODETerm(AbstractTerm[_VF, RealScalarLike]):
     vector_field: Callable[..., _VF]
 
     def vf(self, t, y, args):
-        return self.vector_field(t, y, args)
+        """`vector_field(t, y, args)`, each leaf broadcast to the shape of `y`'s and cast
+        to its dtype where that loses nothing, as diffrax's `ODETerm` does (`lambda t, y,
+        args: 1.0` for an array `y`, an integer result for a floating `y`). A result of
+        another structure, an unbroadcastable shape or a wider dtype is returned as it
+        is, for `diffeqsolve` to refuse."""
+        out = self.vector_field(t, y, args)
+        if jax.tree.structure(out) != jax.tree.structure(y):
+            return out
+        return jax.tree.map(_like_leaf, out, y)
+
+
+def _like_leaf(v, y):
+    """`v` broadcast to `y`'s shape and cast to its dtype when that loses nothing."""
+    try:
+        v = jnp.asarray(v)
+    except TypeError:
+        return v
+    y_shape, y_dtype = jnp.shape(y), jnp.asarray(y).dtype
+    if v.shape != y_shape and _broadcasts(v.shape, y_shape):
+        v = jnp.broadcast_to(v, y_shape)
+    if v.dtype != y_dtype and _widens(v, y_dtype):
+        v = v.astype(y_dtype)
+    return v
+
+
+def _broadcasts(shape, target) -> bool:
+    try:
+        return np.broadcast_shapes(shape, target) == tuple(target)
+    except ValueError:
+        return False
+
+
+def _widens(v, dtype) -> bool:
+    """Whether JAX's standard promotion of `v` with `dtype` is `dtype` (a Python scalar,
+    an integer or bool, a narrower float, real to complex): its values are kept."""
+    with jax.numpy_dtype_promotion("standard"):
+        return jnp.result_type(v, jnp.empty((), dtype)) == dtype
 
 
 class MultiTerm(AbstractTerm, Generic[_Terms]):

@@ -171,6 +171,43 @@ def test_gradient_with_respect_to_the_jump_time(adjoint):
     np.testing.assert_allclose(fd, ref, rtol=1e-5)
 
 
+@pytest.mark.parametrize(
+    ("adjoint", "backwards"),
+    [("checkpoint", False), pytest.param("checkpoint-3", True, marks=pytest.mark.slow),
+     pytest.param("direct", False, marks=pytest.mark.slow), ("forward", True)],
+)  # fmt: skip
+def test_gradient_with_respect_to_a_discontinuity_in_step_ts(adjoint, backwards):
+    """The dose time given as `step_ts` (not `jump_ts`): steps land on it, and the
+    landing step's last stage sees the dose after it. Its error is kept small by
+    small steps, and so is its derivative, since the steps before the time move in
+    proportion with it: the derivative equals the closed form's and central finite
+    differences of the solve (with the landing step alone stretching, it was off by
+    `b_7 (f(j+) - f(j-))`, O(1))."""
+    p = _params()
+    t0, t1 = (T_END, 0.0) if backwards else (0.0, T_END)
+
+    def solve(tau):
+        inner = oc.PIDController(rtol=1e-10, atol=1e-10)
+        controller = oc.ClipStepSizeController(inner, step_ts=jnp.stack([tau, jnp.asarray(2.5)]))
+        chosen = {"forward": oc.ForwardMode(), "direct": oc.DirectAdjoint()}.get(adjoint)
+        return oc.diffeqsolve(
+            _field, oc.Tsit5(), t0, t1, None, p[0], (p[1], p[2], (tau, 2.5)),
+            stepsize_controller=controller, max_steps=512,
+            adjoint=ADJOINTS[adjoint] if chosen is None else chosen,
+        ).ys[0]  # fmt: skip
+
+    tau = jnp.asarray(JUMPS[0])
+    if adjoint == "forward":
+        grad = jax.jvp(solve, (tau,), (jnp.asarray(1.0),))[1]
+    else:
+        grad = jax.grad(solve)(tau)
+    ref = jax.grad(lambda tau: _closed(*p, (tau, JUMPS[1]), t0, t1))(tau)
+    eps, solve = 1e-5, jax.jit(solve)
+    fd = (solve(tau + eps) - solve(tau - eps)) / (2 * eps)
+    np.testing.assert_allclose(grad, ref, rtol=1e-6)
+    np.testing.assert_allclose(fd, ref, rtol=1e-4)
+
+
 @pytest.mark.parametrize("adjoint", ["backsolve", "interpolating"])
 def test_continuous_adjoints_refuse_jump_time_gradients(adjoint):
     p = _params()

@@ -6,6 +6,9 @@ is differentiated.
 - `base`: `AbstractAdjoint`, and the memory figures the sizing rules share.
 - `checkpoint`: `CheckpointAdjoint` (discretise-then-optimise through the checkpointed
   loop) and its sizing rule.
+- `direct`: `DirectAdjoint` (both autodiff modes through a scan of `max_steps`).
+- `implicit`: `ImplicitAdjoint` (a steady state's derivative by the implicit function
+  theorem).
 - `forward_mode`: `ForwardMode` (a plain loop, for `jax.jvp`).
 - `continuous/`: `BacksolveAdjoint` and `InterpolatingAdjoint` (the adjoint ODE).
 - `reversible`: `ReversibleAdjoint` (a reversible solver's states reconstructed
@@ -26,5 +29,7 @@ from .continuous import (
     BacksolveAdjoint as BacksolveAdjoint,
     InterpolatingAdjoint as InterpolatingAdjoint,
 )
+from .direct import DirectAdjoint as DirectAdjoint
 from .forward_mode import ForwardMode as ForwardMode
+from .implicit import ImplicitAdjoint as ImplicitAdjoint
 from .reversible import ReversibleAdjoint as ReversibleAdjoint

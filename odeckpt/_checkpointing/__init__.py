@@ -36,6 +36,7 @@ scalars per step (its recorded decisions and what its inverse needs).
 
 Modules: `body` (the bodies and records), `forward` (`forward_loop`, output writing),
 `reversible` (`reversible_loop`),
+`bounded` (`bounded_loop`: a scan both autodiff modes go through),
 `window` (window sizing), `reverse` (one step reversed or replayed), `checkpointed`
 (the custom VJP and its forward passes), `backward` (its backward passes), `plan` (the
 traced ports of the schedule decisions).
@@ -49,6 +50,7 @@ from .body import (
     LoopBody as LoopBody,
     LoopOutput as LoopOutput,
 )
+from .bounded import bounded_loop as bounded_loop
 from .checkpointed import checkpointed_loop as checkpointed_loop
 from .forward import forward_loop as forward_loop, forward_only_loop as forward_only_loop
 from .reversible import reversible_loop as reversible_loop

@@ -10,6 +10,7 @@
   `jump_ts`) and `ClippedSteps`, its running form.
 - `landing`: how the last step lands on t1 (`t1_floor`, `stretched_to_end`).
 - `counting`: the step count known at trace time (`expected_step_count`).
+- `protocol`: diffrax's `init` / `adapt_step_size`, which every controller has.
 
 Adding a controller: subclass `AbstractLoopController` (`first_step`, `decide`, and
 the properties that apply), or `AbstractStepSizeController` with a `for_solve` that

@@ -27,6 +27,8 @@ import jax.numpy as jnp
 
 from odeckpt._core import Y, promoted_dtype
 
+from .protocol import protocol_adapt, protocol_init
+
 
 def rms_norm(x: Y) -> jax.Array:
     """Root mean square of the modulus `|x|` over every element of every leaf (real
@@ -87,6 +89,18 @@ class AbstractStepSizeController(eqx.Module):
             sign: `+1` or `-1` (a float, or a traced scalar when the direction is not
                 known at trace time): internal time is `sign * t`.
         """
+
+    def init(self, terms, t0, t1, y0, dt0, args, func, error_order) -> tuple:
+        """diffrax's protocol (see `protocol`): `(end of the first step, state)`, with
+        `func(terms, t, y, args)` the vector field and `error_order` the solver's."""
+        return protocol_init(self, terms, t0, t1, y0, dt0, args, func, error_order,
+                             (ControllerState, Decision))  # fmt: skip
+
+    def adapt_step_size(self, t0, t1, y0, y1_candidate, args, y_error, error_order, state):
+        """diffrax's protocol (see `protocol`): `(keep_step, next_t0, next_t1, made_jump,
+        state, result)` for the step from `t0` to `t1`, `state` from `init` or the last
+        call."""
+        return protocol_adapt(t0, t1, y0, y1_candidate, y_error, error_order, state)
 
     @property
     def adaptive(self) -> bool:

@@ -9,13 +9,19 @@ then evaluates the vector field at `j` or across it, whichever side of `j` the
 forcing takes there, and the FSAL methods (Tsit5, Dopri5, Dopri8, Bosh3) do not carry
 the value from before the jump into the step after it. This is diffrax 0.7's rule.
 
-Derivatives: a step clipped to a time moves with that time, and the steps after it
-move with it as the wrapped controller's steps move with `t0`. So `jump_ts` may be
+Derivatives: a step clipped to a time moves with that time. So `jump_ts` may be
 traced and differentiated: a forcing whose jump time is the same variable gets the
-jump's sensitivity (`f(j-) - f(j+)`, propagated). A discontinuity put in `step_ts`
-instead is stepped onto exactly; the landing step's last stage then evaluates the
-vector field on the far side (as in diffrax), which the tolerance controls for the
-value but not for the derivative with respect to that time.
+jump's sensitivity (`f(j-) - f(j+)`, propagated). The steps between two landing
+times of an adaptive controller (`t0` and `step_ts`) keep their place *in proportion*
+to the interval (`t = a + w (b - a)`, `w` not differentiated) rather than their
+distance from the step before: a discontinuity put in `step_ts` (not `jump_ts`) is
+stepped onto exactly, and the landing step's last stage evaluates the vector field on
+the far side (as in diffrax), an error of `h b_s (f(b+) - f(b-))` that the tolerance
+keeps small by keeping `h` small. Its derivative with respect to the landing time
+is `b_s (f(b+) - f(b-)) dh/db`: O(1) if the landing step alone stretched with the
+time, `O(h / (b - a))` when the whole interval's steps do. (The values are those of the
+adaptive steps either way; only which way their derivatives go is chosen.) Steps after
+the last landing time move with it as the wrapped controller's steps move with `t0`.
 """
 
 import equinox as eqx
@@ -54,15 +60,16 @@ class ClipStepSizeController(AbstractAdaptiveStepSizeController):
             accepts adaptive controllers only), or another `ClipStepSizeController`.
         step_ts: times every solve steps to exactly, or `None`.
         jump_ts: times at which the vector field may be discontinuous, or `None`.
-        store_rejected_steps: `None` only. (diffrax revisits the times of rejected
-            steps for SDEs with non-commutative noise; an ODE solve has no use for it.)
+        store_rejected_steps: accepted and unused: diffrax revisits the times of up to
+            this many rejected steps, which matters for SDEs (the Brownian path must not
+            be sampled with a bias); an ODE solve's values need no revisiting.
 
     Raises:
         TypeError: `controller` is not a step-size controller, or the times are not
             real numbers.
         ValueError: `controller` fixes every step itself (`StepTo`), the times are not
             a 1-D array or (when known at construction) not finite, or
-            `store_rejected_steps` is set.
+            `store_rejected_steps` is not a positive integer or None.
 
     Cost: one comparison per time per step; a jump costs one extra evaluation of the
     vector field (the restart's first stage).
@@ -85,15 +92,16 @@ class ClipStepSizeController(AbstractAdaptiveStepSizeController):
                 f"`ClipStepSizeController` cannot wrap `{name}`, which fixes every step "
                 f"itself: add the times to `{name}(ts=...)` instead."
             )
-        if store_rejected_steps is not None:
+        positive = isinstance(store_rejected_steps, int) and store_rejected_steps > 0
+        if store_rejected_steps is not None and not positive:
             raise ValueError(
-                "`ClipStepSizeController(store_rejected_steps=...)` is not supported: "
-                "revisiting rejected steps matters for SDEs only. Pass `None`."
+                "`ClipStepSizeController(store_rejected_steps=...)` must be a positive "
+                f"integer or None; got {store_rejected_steps!r}."
             )
         self.controller = controller
         self.step_ts = _sorted_times(step_ts, "step_ts")
         self.jump_ts = _sorted_times(jump_ts, "jump_ts")
-        self.store_rejected_steps = None
+        self.store_rejected_steps = store_rejected_steps
 
     # diffrax's names for the wrapped controller's tolerances and norm (`None` around a
     # controller without them).
@@ -115,7 +123,7 @@ class ClipStepSizeController(AbstractAdaptiveStepSizeController):
         time (`sign * t`, sorted, in the time dtype)."""
         inner = self.controller.for_solve(t0, t1, dt0, sign)
         internal = lambda ts: None if ts is None else jnp.sort(jnp.asarray(ts, t0.dtype) * sign)  # noqa: E731
-        return ClippedSteps(inner, internal(self.step_ts), internal(self.jump_ts))
+        return ClippedSteps(inner, internal(self.step_ts), internal(self.jump_ts), t0)
 
     @property
     def adaptive(self) -> bool:
@@ -176,6 +184,7 @@ class ClippedSteps(AbstractLoopController):
     inner: AbstractLoopController
     step_ts: jax.Array | None
     jump_ts: jax.Array | None
+    t0: jax.Array | None = None  # the solve's start (internal time): the first landing
 
     def first_step(self, solver, term, t0, y0, dt0, args):
         return self.inner.first_step(solver, term, t0, y0, dt0, args)
@@ -189,7 +198,7 @@ class ClippedSteps(AbstractLoopController):
         proposal = self.inner.next_time(t_new, decision).astype(t_new.dtype)
         proposal = jnp.maximum(proposal, jnp.nextafter(sg(t_new), jnp.inf))
         stop = self._stop_after(t_new)
-        return jnp.where(stop < proposal, stop, proposal)
+        return jnp.where(stop < proposal, stop, self._in_proportion(t_new, proposal))
 
     def _stop_after(self, t) -> jax.Array:
         """The first time after `t` a step must end on: the next of `step_ts`, or the
@@ -220,7 +229,23 @@ class ClippedSteps(AbstractLoopController):
         """A step that was clipped to a stop moves with the stop; others as the wrapped
         controller's do."""
         stop = self._stop_after(t)
-        return jnp.where(recorded == stop, stop, self.inner.replayed_next(t, recorded))
+        free = self._in_proportion(t, self.inner.replayed_next(t, recorded))
+        return jnp.where(recorded == stop, stop, free)
+
+    def _in_proportion(self, t, proposal) -> jax.Array:
+        """`proposal` (a step's end after `t`), with the derivatives of the point at its
+        fraction of the interval between the landing times around `t` (see the module
+        docstring): for an adaptive controller between `t0` or a time of `step_ts` and
+        the next time of `step_ts`. Otherwise unchanged."""
+        if self.step_ts is None or self.t0 is None or not self.inner.adaptive:
+            return proposal
+        start = jnp.maximum(self.t0.astype(t.dtype), _last_at_or_before(self.step_ts, t))
+        end = _first_after(self.step_ts, t)
+        bounded = jnp.isfinite(end)
+        end = jnp.where(bounded, end, start + 1)
+        fraction = sg((proposal - start) / (end - start))
+        placed = start + fraction * (end - start)
+        return jnp.where(bounded, sg(proposal) + (placed - sg(placed)), proposal)
 
     @property
     def adaptive(self) -> bool:
@@ -244,6 +269,14 @@ class ClippedSteps(AbstractLoopController):
     @property
     def landing_times(self) -> jax.Array | None:
         return _joined(self.step_ts, self.inner.landing_times)
+
+
+def _last_at_or_before(ts, t) -> jax.Array:
+    """The last of the ascending `ts` at or before `t`, or `-inf`."""
+    n = ts.shape[0]
+    method = "compare_all" if n <= _COMPARE_ALL else "scan"
+    i = jnp.searchsorted(sg(ts), sg(t), side="right", method=method) - 1
+    return jnp.where(i >= 0, ts[jnp.maximum(i, 0)], -jnp.inf).astype(t.dtype)
 
 
 def _first_after(ts, t) -> jax.Array:

@@ -14,7 +14,8 @@
 - `rosenbrock`, `esdirk` (with `newton`, `newton_settings`, `linalg`, `stiff_tableaux`,
   `esdirk_tableaux`, `verychord`), `implicit_euler`, `radau` (with `radau_tableau`): the
   stiff solvers; `imex` (with `imex_tableaux`): the IMEX additive Runge–Kutta methods,
-  for `MultiTerm(explicit, implicit)`.
+  for `MultiTerm(explicit, implicit)`; `imex_multi`: diffrax's `MultiButcherTableau` (a
+  tableau per term) and the additive step of an `AbstractRungeKutta` defined with one.
 - `partitioned`: `SemiImplicitEuler`, for a tuple of terms (`PartitionedTerm`).
 - `half`: `HalfSolver`, an error estimate for any solver from two half steps.
 - `leapfrog_midpoint`, `reversible_heun`: solvers that carry state `init` cannot
@@ -68,6 +69,7 @@ from .imex import (
     KenCarp5 as KenCarp5,
     Sil3 as Sil3,
 )
+from .imex_multi import MultiButcherTableau as MultiButcherTableau
 from .implicit_euler import ImplicitEuler as ImplicitEuler
 from .leapfrog_midpoint import LeapfrogMidpoint as LeapfrogMidpoint
 from .newton_settings import AbstractNewtonSolver as AbstractNewtonSolver

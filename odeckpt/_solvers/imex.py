@@ -44,6 +44,7 @@ from odeckpt._terms import AbstractTerm, MultiTerm
 from . import imex_tableaux as tab, linalg as la
 from .base import StepOutput
 from .dense import hermite_coeffs
+from .imex_multi import broadcast_parts
 from .newton import NewtonOptions, Stage, solve_stage
 from .newton_settings import AbstractNewtonRK
 from .runge_kutta import CalculateJacobian
@@ -52,23 +53,6 @@ if TYPE_CHECKING:  # a class variable each subclass sets (as diffrax declares it
     from typing import ClassVar as AbstractClassVar
 else:
     from equinox import AbstractClassVar
-
-
-class _Broadcast(AbstractTerm):
-    """A part of the term whose vector field may return a scalar, as diffrax allows for
-    a missing part (`ODETerm(lambda t, y, args: 0)`): broadcast to `y`'s leaves."""
-
-    term: AbstractTerm
-
-    def vf(self, t, y, args):
-        out = self.term.vf(t, y, args)
-        if jax.tree.structure(out) != jax.tree.structure(y):
-            out = jax.tree.map(lambda _: out, y)
-        return jax.tree.map(_like, out, y)
-
-
-def _like(v, x) -> jax.Array:
-    return jnp.broadcast_to(jnp.asarray(v).astype(jnp.result_type(x)), jnp.shape(x))
 
 
 class _Slopes(eqx.Module):
@@ -112,7 +96,7 @@ class AbstractIMEX(AbstractNewtonRK):
         return self.tableau.stages
 
     def step(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
-        explicit, implicit = (_Broadcast(part) for part in term.parts())
+        explicit, implicit = broadcast_parts(term.parts())
         flat_i = la.flatten(implicit, y0, args)
         flat_e = la.flatten(explicit, y0, args)
         frozen = la.flatten(*la.stop_gradients((implicit, y0, args)))

@@ -30,6 +30,7 @@ from .base import (
     StepOutput,
 )
 from .dense import hermite_coeffs
+from .imex_multi import MultiButcherTableau, multi_init, multi_step
 from .tableau import ButcherTableau
 
 
@@ -104,6 +105,19 @@ class AbstractRungeKutta(AbstractAdaptiveSolver):
     """A Runge–Kutta method with an error estimate, defined by its `tableau`: the
     explicit ones (`AbstractERK`) and the diagonally implicit ones (`AbstractDIRK`).
 
+    A direct subclass is a method the diffrax way, with a `MultiButcherTableau` (one
+    explicit tableau per term of a `MultiTerm`; see `imex_multi`) or a `ButcherTableau`
+    (a `MultiButcherTableau` of one), `calculate_jacobian` and `order(terms)`:
+
+    ```python
+    class DoubleDopri5(odeckpt.AbstractRungeKutta):
+        tableau = odeckpt.MultiButcherTableau(odeckpt.Dopri5.tableau, odeckpt.Dopri5.tableau)
+        calculate_jacobian = odeckpt.CalculateJacobian.never
+
+        def order(self, terms):
+            return 5
+    ```
+
     Attributes:
         scan_kind: accepted for compatibility with diffrax, where it chooses how the
             stages are looped over; odeckpt unrolls the stages, so it changes nothing.
@@ -111,6 +125,21 @@ class AbstractRungeKutta(AbstractAdaptiveSolver):
 
     scan_kind: str | None = None
     calculate_jacobian: AbstractClassVar[CalculateJacobian]
+
+    @property
+    def evals_per_step(self) -> int:
+        stages = self.tableau.stages  # pyright: ignore[reportAttributeAccessIssue]
+        return stages - 1 if self.tableau.fsal else stages  # pyright: ignore[reportAttributeAccessIssue]
+
+    def init(self, term: AbstractTerm, t0, y0: Y, args: Args) -> PyTree:
+        """Each term's slope at `(t0, y0)` (see `imex_multi.multi_init`)."""
+        return multi_init(self._multi(), term, t0, y0, args)
+
+    def step(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
+        return multi_step(self._multi(), term, t0, dt, y0, solver_state, args, dense)
+
+    def _multi(self) -> MultiButcherTableau:
+        return MultiButcherTableau(*self.tableau.tableaus)  # pyright: ignore[reportAttributeAccessIssue]
 
 
 class AbstractExplicitSolver(AbstractSolver):
@@ -141,7 +170,7 @@ class AbstractExplicitSolver(AbstractSolver):
         return rk_step(self.tableau, term, t0, dt, y0, solver_state, args, dense)
 
 
-class AbstractERK(AbstractRungeKutta, AbstractExplicitSolver):
+class AbstractERK(AbstractExplicitSolver, AbstractRungeKutta):
     """An explicit Runge–Kutta method with an embedded error estimate.
 
     A method is a final subclass that sets the class attribute `tableau` (see

@@ -275,6 +275,11 @@ class EsdirkTableau:
                              self.dense_order, theta)  # fmt: skip
 
     @property
+    def implicit(self) -> bool:
+        """True: its stages are implicit (`MultiButcherTableau` asks its tableaux)."""
+        return True
+
+    @property
     def stages(self) -> int:
         return len(self.c)
 

@@ -162,6 +162,16 @@ class ButcherTableau:
         return s > 1 and self.c[-1] == 1.0 and self.b[-1] == 0.0 and self.a[-1] == self.b[: s - 1]
 
     @property
+    def implicit(self) -> bool:
+        """False: an explicit method (`MultiButcherTableau` asks its tableaux)."""
+        return False
+
+    @property
+    def tableaus(self) -> tuple[ButcherTableau, ...]:
+        """`(self,)`: one tableau is a `MultiButcherTableau` of one term."""
+        return (self,)
+
+    @property
     def b_hat(self) -> tuple[float, ...] | None:
         """Weights of the embedded method, `b - b_err`."""
         if self.b_err is None:
