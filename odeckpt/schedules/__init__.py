@@ -126,7 +126,9 @@ from ._actions import (
     Plan as Plan,
     Restore as Restore,
     Reverse as Reverse,
+    ReverseTaped as ReverseTaped,
     Store as Store,
+    TapeStep as TapeStep,
 )
 from ._binomial import (
     SATURATION as SATURATION,
@@ -141,6 +143,10 @@ from ._known import (
     KNOWN_GREEDY_LIMIT as KNOWN_GREEDY_LIMIT,
     known_plan as known_plan,
     known_slots as known_slots,
+)
+from ._mixed import (
+    mixed_plan as mixed_plan,
+    mixed_total as mixed_total,
 )
 from ._offline import (
     offline_plan as offline_plan,
@@ -169,6 +175,8 @@ __all__ = [
     "Restore",
     "Reverse",
     "Free",
+    "TapeStep",
+    "ReverseTaped",
     "Action",
     "Plan",
     "OnlineState",
@@ -188,5 +196,7 @@ __all__ = [
     "KNOWN_GREEDY_LIMIT",
     "known_slots",
     "known_plan",
+    "mixed_total",
+    "mixed_plan",
     "validate",
 ]
