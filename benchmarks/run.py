@@ -45,6 +45,7 @@ REGISTRY = {
     "xla_cpu": "bench_xla_cpu",
     "reversible": "bench_reversible",
     "events": "bench_events",
+    "evaluations": "bench_evaluations",
 }
 
 # Full mode's time limit on an idle 2-core CPU, and each section's share of it in seconds:
@@ -58,6 +59,7 @@ REGISTRY = {
 # 289 s, stiff 304 s; 1724 s (29 min) in all (memory: 120 s alone; xla_cpu, added later:
 # about 50 s). Added 2026-12-01, each measured once at load average 6-13, mostly
 # compilation: radau 676-855 s, imex 377 s, reversible 112 s, events about 120 s.
+# evaluations (added 2026-12-02): about 70 gradients compiled, a few seconds each idle.
 FULL_LIMIT_SECONDS = 45 * 60
 FULL_BUDGET_SECONDS = {
     "forward": 180,
@@ -71,6 +73,7 @@ FULL_BUDGET_SECONDS = {
     "xla_cpu": 120,
     "reversible": 90,
     "events": 120,
+    "evaluations": 300,
 }
 
 _BLOCK = re.compile(r"<!-- section:(\w+) -->\n.*?<!-- /section:\1 -->\n", re.S)

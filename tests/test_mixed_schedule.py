@@ -19,7 +19,7 @@ def exhaustive(n: int, budget: int, tape_units: int) -> int:
     Independent of the dynamic programme: any action is allowed at any time (advance,
     tape, store, free, restore, reverse from the state in hand or from a tape)."""
     start = (0, frozenset(), frozenset(), n)
-    best = {start: 0}
+    best: dict[tuple, int] = {start: 0}
     queue = collections.deque([start])
     while queue:
         config = queue.popleft()

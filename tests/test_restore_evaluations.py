@@ -27,7 +27,7 @@ def _counted_gradient(solver, n, adjoint):
         y0, a = params
         sol = oc.diffeqsolve(vf, solver, 0.0, float(n), 1.0, y0, a, adjoint=adjoint,
                              max_steps=n)  # fmt: skip
-        return jnp.sum(sol.ys**2)
+        return jnp.sum(jnp.asarray(sol.ys) ** 2)
 
     grad = jax.jit(jax.grad(loss)).lower((Y0, A)).compile()
     out = jax.block_until_ready(grad((Y0, A)))
