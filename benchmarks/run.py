@@ -46,6 +46,7 @@ REGISTRY = {
     "reversible": "bench_reversible",
     "events": "bench_events",
     "evaluations": "bench_evaluations",
+    "floor": "bench_floor",
 }
 
 # Full mode's time limit on an idle 2-core CPU, and each section's share of it in seconds:
@@ -59,7 +60,8 @@ REGISTRY = {
 # 289 s, stiff 304 s; 1724 s (29 min) in all (memory: 120 s alone; xla_cpu, added later:
 # about 50 s). Added 2026-12-01, each measured once at load average 6-13, mostly
 # compilation: radau 676-855 s, imex 377 s, reversible 112 s, events about 120 s.
-# evaluations (added 2026-12-02): about 70 gradients compiled, a few seconds each idle.
+# evaluations (added 2026-12-02): about 70 gradients compiled, a few seconds each idle;
+# floor: four gradients compiled twice (timed and counted), 20 s of samples per problem.
 FULL_LIMIT_SECONDS = 45 * 60
 FULL_BUDGET_SECONDS = {
     "forward": 180,
@@ -74,6 +76,7 @@ FULL_BUDGET_SECONDS = {
     "reversible": 90,
     "events": 120,
     "evaluations": 300,
+    "floor": 120,
 }
 
 _BLOCK = re.compile(r"<!-- section:(\w+) -->\n.*?<!-- /section:\1 -->\n", re.S)
