@@ -45,22 +45,27 @@ REGISTRY = {
     "xla_cpu": "bench_xla_cpu",
     "reversible": "bench_reversible",
     "events": "bench_events",
+    "evaluations": "bench_evaluations",
+    "floor": "bench_floor",
     "reversible_adjoint": "bench_reversible_adjoint",
 }
 
 # Full mode's time limit on an idle 2-core CPU, and each section's share of it in seconds:
-# 44 minutes in all (the solver sections radau, imex, reversible and events raised it
-# from 25), leaving room for a loaded machine. "memory" costs almost nothing in a run of
-# every section (the gradient section has already measured it for its plot): its share
-# applies to `--only memory` and is not counted. A section that runs past its share is
-# reported on the console; trim its repeats, sampling budgets or largest sizes, not the
-# rows quick mode has. Measured 2026-11-30, each section alone while another user's jobs
-# kept the load average at 2-6: forward 108 s, gradient 635 s, damped 388 s, neural_ode
-# 289 s, stiff 304 s; 1724 s (29 min) in all (memory: 120 s alone; xla_cpu, added later:
-# about 50 s). Added 2026-12-01, each measured once at load average 6-13, mostly
-# compilation: radau 676-855 s, imex 377 s, reversible 112 s, events about 120 s.
-# reversible_adjoint (added 2026-12-02) raised it from 39.
-FULL_LIMIT_SECONDS = 45 * 60
+# 51 minutes in all (the solver sections radau, imex, reversible and events raised it
+# from 25; reversible_adjoint, evaluations and floor from 44), leaving room for a loaded
+# machine. "memory" costs almost nothing in a run of every section (the gradient section
+# has already measured it for its plot): its share applies to `--only memory` and is not
+# counted. A section that runs past its share is reported on the console; trim its
+# repeats, sampling budgets or largest sizes, not the rows quick mode has. Measured
+# 2026-11-30, each section alone while another user's jobs kept the load average at 2-6:
+# forward 108 s, gradient 635 s, damped 388 s, neural_ode 289 s, stiff 304 s; 1724 s
+# (29 min) in all (memory: 120 s alone; xla_cpu, added later: about 50 s). Added
+# 2026-12-01, each measured once at load average 6-13, mostly compilation: radau
+# 676-855 s, imex 377 s, reversible 112 s, events about 120 s. Added 2026-12-02:
+# reversible_adjoint (1091 s in quick mode at load average 14); evaluations (about 70
+# gradients compiled, a few seconds each idle); floor (four gradients compiled twice,
+# timed and counted, 20 s of samples per problem).
+FULL_LIMIT_SECONDS = 55 * 60
 FULL_BUDGET_SECONDS = {
     "forward": 180,
     "gradient": 480,
@@ -73,6 +78,8 @@ FULL_BUDGET_SECONDS = {
     "xla_cpu": 120,
     "reversible": 90,
     "events": 120,
+    "evaluations": 300,
+    "floor": 120,
     "reversible_adjoint": 300,
 }
 

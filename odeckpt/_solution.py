@@ -346,7 +346,8 @@ def _t1_row(sub: SubSaveAt, layout: SaveLayout, end: _End) -> _Rows:
 
 def _stats(integrator: Integrator, problem: Problem, out: LoopOutput, dt0) -> dict:
     """`Solution.stats`: the loop's step counts and the forward vector-field evaluations."""
-    evals = 1 + integrator.solver.evals_per_step * out.num_steps
+    solver = integrator.solver
+    evals = int(solver.carries_first_stage) + solver.evals_per_step * out.num_steps
     evals = evals + problem.controller.first_step_evaluations(dt0)
     return {
         "num_steps": out.num_steps,

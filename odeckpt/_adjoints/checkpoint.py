@@ -5,7 +5,7 @@ import jax
 from odeckpt._checkpointing import checkpointed_loop, forward_only_loop
 from odeckpt._core import batch_size, nbytes
 from odeckpt._integrator import Integrator, State
-from odeckpt.schedules import beta
+from odeckpt.schedules import beta, optimal_total
 
 from .base import (
     DEFAULT_MEMORY_BUDGET,
@@ -49,8 +49,7 @@ class CheckpointAdjoint(AbstractAdjoint):
             (`STORE_EVERY_STEP_BYTES`), every state is stored (the fastest reverse
             pass: no recomputation). Otherwise
             `min(checkpoints that fit, useful_checkpoints(max_steps))`, each holding
-            `y` and a few scalars (the first stage is recomputed on restore, one
-            vector-field evaluation), where `useful_checkpoints(max_steps)` is the
+            `y` and a few scalars, where `useful_checkpoints(max_steps)` is the
             least c with `(c + 1)(c + 2) / 2 >= max_steps` (90 for 4096): enough to
             reverse any solve with about one extra step evaluation per step. More
             would save at most that evaluation, while every checkpoint
@@ -61,6 +60,22 @@ class CheckpointAdjoint(AbstractAdjoint):
             past 16 MiB: that store is zero-filled by every gradient, and for a short
             solve with a large `max_steps`, a batch under `jax.vmap` above all,
             filling it costs more than the recomputation it saves).
+
+    The first stage. An FSAL method (`Tsit5`, `Dopri5`, `Dopri8`, `Bosh3`:
+    `AbstractSolver.carries_first_stage`) starts each step from `f(t, y)`, which the
+    step before computed; a restored checkpoint rebuilds it with one evaluation, one
+    per reversed step in all (1/6 of a `Tsit5` step each). Storing it in the
+    checkpoint costs one more `y` per checkpoint and no evaluation. With
+    `checkpoints=None` the rule compares, for the step count n (known with fixed
+    steps, else `max_steps`), the cost of c checkpoints without the stage,
+    `e (n + t(n, c)) + n` vector-field evaluations (e = `evals_per_step`), with that
+    of the c' checkpoints with it that the same rule sizes in the same budget,
+    `e (n + t(n, c'))`, and stores the stage when that is fewer: always when the budget
+    is not what limits c (c' = c), rarely when it is (halving c costs more than the
+    restores save). With `checkpoints=c` the stage is stored when an explicit
+    `memory_budget` holds c checkpoints with it. Methods whose steps evaluate all
+    they need from `(t, y)` (`Euler`, `Heun`, `Midpoint`, `Ralston`, the implicit
+    and Rosenbrock methods) carry no stage: their restores cost nothing.
 
     Cost: with n steps and c checkpoints, n + t(n, c) step evaluations for a
     gradient when n is known, t(n, c) = r n - C(c + r, r - 1) with r minimal such that
@@ -99,17 +114,47 @@ class CheckpointAdjoint(AbstractAdjoint):
         if self.checkpoints is not None:
             return min(self.checkpoints, max_steps)
         budget = self.memory_budget_bytes()
-        batch = batch_size(state0)
         store_all = self.memory_budget or STORE_EVERY_STEP_BYTES
-        if batch * max_steps * nbytes(state0) <= store_all:
+        if batch_size(state0) * max_steps * nbytes(state0) <= store_all:
             return max_steps
-        per_checkpoint = max(batch * nbytes(jax.eval_shape(integrator.compress, state0)), 1)
-        fit = min(max(budget // per_checkpoint, 2), max_steps - 1)
-        return int(min(fit, max(useful_checkpoints(max_steps), 2)))
+        return _fitting(integrator, state0, max_steps, budget, extra=0)
+
+    def first_stage_checkpoints(
+        self, integrator: Integrator, state0: State, max_steps: int, expected: int | None
+    ) -> int | None:
+        """The checkpoint count with the first stage stored in each checkpoint, where
+        the budget rule (class docstring) prefers it; else `None`."""
+        solver, c = integrator.solver, self.num_checkpoints(integrator, state0, max_steps)
+        stage = batch_size(state0) * nbytes(state0.solver_state)
+        if c >= max_steps or not (solver.carries_first_stage and solver.state_rebuildable):
+            return None
+        if self.checkpoints is not None:  # the count is the user's: store if it fits
+            per = batch_size(state0) * nbytes(jax.eval_shape(integrator.compress, state0))
+            budget = self.memory_budget
+            return c if budget is not None and c * (per + stage) <= budget else None
+        staged = _fitting(integrator, state0, max_steps, self.memory_budget_bytes(), stage)
+        n = expected if expected is not None and expected <= max_steps else max_steps
+        e = solver.evals_per_step
+        # One evaluation per reversed step rebuilds the restored first stage (n in all).
+        without, with_stage = e * optimal_total(n, c) + n, e * optimal_total(n, staged)
+        return staged if with_stage < without else None
 
     def loop(self, integrator, problem, state0, max_steps):
         if max_steps is None:  # a forward solve only: reverse mode would need a bound
             return forward_only_loop(integrator.body(), problem, state0, _UNBOUNDED)
-        c = self.num_checkpoints(integrator, state0, max_steps)
         expected = problem.expected_steps
+        c = self.first_stage_checkpoints(integrator, state0, max_steps, expected)
+        if c is None:
+            c = self.num_checkpoints(integrator, state0, max_steps)
+        else:
+            integrator = integrator.storing_solver_state()
         return checkpointed_loop(integrator.body(), problem, state0, max_steps, c, expected)
+
+
+def _fitting(integrator: Integrator, state0: State, max_steps: int, budget: int, extra: int):
+    """The sizing rule's count (class docstring) for checkpoints of `extra` more bytes
+    each than `integrator.compress` makes (for the whole batch)."""
+    batch = batch_size(state0)
+    per_checkpoint = max(batch * nbytes(jax.eval_shape(integrator.compress, state0)) + extra, 1)
+    fit = min(max(budget // per_checkpoint, 2), max_steps - 1)
+    return int(min(fit, max(useful_checkpoints(max_steps), 2)))

@@ -94,6 +94,8 @@ class Integrator(eqx.Module):
         report: progress callback `(t0, t1, t, i, final=False) -> None`, or `None`.
         locates_events: the solve has an `Event` (`Problem.event`): every step
             computes its dense output, on which crossings are located.
+        stores_solver_state: checkpoints keep the solver state even where `init`
+            could rebuild it (`storing_solver_state`).
     """
 
     solver: AbstractSolver
@@ -102,6 +104,7 @@ class Integrator(eqx.Module):
     save_dense: bool = eqx.field(kw_only=True)
     report: Callable | None = eqx.field(kw_only=True, default=None)
     locates_events: bool = eqx.field(kw_only=True, default=False)
+    stores_solver_state: bool = eqx.field(kw_only=True, default=False)
 
     def init(self, problem: Problem, t0, y0: Y, dt0) -> State:
         k0 = self.solver.init(problem.term, t0, y0, problem.args)
@@ -210,16 +213,29 @@ class Integrator(eqx.Module):
 
     def compress(self, state: State) -> Checkpoint:
         """The checkpoint of `state`: its solver state only where `init` cannot rebuild
-        it (`AbstractSolver.state_rebuildable`)."""
-        kept = None if self.solver.state_rebuildable else state.solver_state
+        it (`AbstractSolver.state_rebuildable`) or it is asked to be kept
+        (`stores_solver_state`)."""
+        kept = None if self._rebuilds else state.solver_state
         return Checkpoint(state.y, _scalars(state), kept)
 
     def restore(self, problem: Problem, ckpt: Checkpoint) -> State:
         rest = unpack(ckpt.rest)
         solver_state = ckpt.solver_state
-        if self.solver.state_rebuildable:
+        if self._rebuilds:
             solver_state = self.solver.init(problem.term, rest["t"], ckpt.y, problem.args)
         return State(y=ckpt.y, solver_state=solver_state, **rest)
+
+    @property
+    def _rebuilds(self) -> bool:
+        """Whether a restore rebuilds the solver state with `init` (one evaluation of
+        the vector field where `AbstractSolver.carries_first_stage`)."""
+        return self.solver.state_rebuildable and not self.stores_solver_state
+
+    def storing_solver_state(self) -> "Integrator":
+        """This integrator with checkpoints that keep the solver state (for an FSAL
+        method, its first stage: one more `y` per checkpoint, and no evaluation per
+        restore). Its steps are the same."""
+        return dataclasses.replace(self, stores_solver_state=True)
 
     def inverse(self, message: str | None = None, tolerance: float | None = None) -> Inverse:
         """Each step's inverse, for a reversible solver (`AbstractReversibleSolver`):

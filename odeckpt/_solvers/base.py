@@ -111,6 +111,17 @@ class AbstractSolver(eqx.Module, **_METACLASS):
         the solve restarts there, as from an initial value."""
 
     @property
+    def carries_first_stage(self) -> bool:
+        """Whether the state the steps carry holds a vector-field evaluation that
+        `init` makes and the next step reads instead of evaluating it (FSAL Runge–Kutta
+        methods: the first stage `f(t, y)`, which the step before computed as its last).
+        A checkpoint restored by `init` then costs one evaluation, unless it stores the
+        state (`CheckpointAdjoint` decides from its memory budget). False (the default)
+        for a method whose step evaluates all it needs from `(t, y)`: its restores cost
+        nothing."""
+        return False
+
+    @property
     def state_rebuildable(self) -> bool:
         """Whether `init(term, t, y, args)` rebuilds, bit for bit, the state that the
         steps carry to `(t, y)` (true of one-step methods: Runge–Kutta's first stage is

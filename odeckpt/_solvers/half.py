@@ -48,6 +48,10 @@ class HalfSolver(AbstractAdaptiveSolver, AbstractWrappedSolver):
         return self.solver.init(term, t0, y0, args)
 
     @property
+    def carries_first_stage(self) -> bool:
+        return self.solver.carries_first_stage
+
+    @property
     def state_rebuildable(self) -> bool:
         return self.solver.state_rebuildable
 

@@ -62,6 +62,10 @@ class ReversibleHeun(AbstractAdaptiveSolver, AbstractStratonovichSolver, Abstrac
         return 1
 
     @property
+    def carries_first_stage(self) -> bool:
+        return True
+
+    @property
     def state_rebuildable(self) -> bool:
         return False
 

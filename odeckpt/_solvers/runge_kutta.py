@@ -61,11 +61,21 @@ def weighted_stages(dt, weights, ks, like: Y) -> Y:
     return combine_stages(zero, dt, weights, ks)
 
 
+def carries_first_stage(tableau: ButcherTableau) -> bool:
+    """Whether an explicit method's steps carry `k = f(t, y)` to the next step: FSAL
+    methods (their last stage is it), and those whose dense output is cubic Hermite
+    (which needs the slope at the end of the step). Any other method evaluates its
+    first stage in its step, so that a step needs `(t, y)` alone."""
+    return tableau.fsal or tableau.dense is None
+
+
 def rk_step(tableau: ButcherTableau, term: AbstractTerm, t0, dt, y0, k0, args, dense=True):
     """One explicit Runge–Kutta step with FSAL reuse of `k0 = f(t0, y0)`.
 
-    `dense=False` skips the dense-output coefficients (`coeffs=None`)."""
-    ks = [k0]
+    `k0` is the carried first stage where `carries_first_stage(tableau)`, else `()`
+    (evaluated here). `dense=False` skips the dense-output coefficients (`coeffs=None`)."""
+    carries = carries_first_stage(tableau)
+    ks = [k0 if carries else term.vf(t0, y0, args)]
     y_stage = y0
     for i in range(1, tableau.stages):
         y_stage = combine_stages(y0, dt, tableau.a[i], ks)
@@ -75,12 +85,12 @@ def rk_step(tableau: ButcherTableau, term: AbstractTerm, t0, dt, y0, k0, args, d
         y1, k1 = y_stage, ks[-1]
     else:
         y1 = combine_stages(y0, dt, tableau.b, ks)
-        k1 = term.vf(t1, y1, args)
+        k1 = term.vf(t1, y1, args) if carries else ()
     y_error = None if tableau.b_err is None else weighted_stages(dt, tableau.b_err, ks, y0)
     if not dense:
         coeffs = None
     elif tableau.dense is None:
-        coeffs = hermite_coeffs(y0, y1, k0, k1, dt)
+        coeffs = hermite_coeffs(y0, y1, ks[0], k1, dt)
     else:
         degree = len(tableau.dense[0])
         rows = [[poly[j] for poly in tableau.dense] for j in range(degree)]
@@ -145,8 +155,11 @@ class AbstractRungeKutta(AbstractAdaptiveSolver):
 class AbstractExplicitSolver(AbstractSolver):
     """An explicit method given by an explicit `ButcherTableau`: the one generic step.
 
-    Every step carries `k = f(t, y)` forward: for FSAL methods it is the last stage,
-    otherwise it is evaluated at the end of the step. Dense output uses the method's
+    An FSAL method's step carries `k = f(t, y)` forward (its last stage); so does one
+    with Hermite dense output, which evaluates it at the end of the step. Any other
+    method evaluates its first stage in its step and carries nothing (`()`), so that
+    restoring a checkpoint costs no evaluation (`carries_first_stage`); a step costs
+    `evals_per_step` evaluations either way. Dense output uses the method's
     own interpolant where the tableau has one, cubic Hermite otherwise (whatever
     `interpolation_cls` a subclass names, see `AbstractERK`). The continuous adjoints
     solve their adjoint ODE with such a method.
@@ -162,9 +175,13 @@ class AbstractExplicitSolver(AbstractSolver):
     def evals_per_step(self) -> int:
         return self.tableau.stages - 1 if self.tableau.fsal else self.tableau.stages
 
+    @property
+    def carries_first_stage(self) -> bool:
+        return carries_first_stage(self.tableau)
+
     def init(self, term: AbstractTerm, t0, y0: Y, args: Args) -> PyTree:
-        """The first stage `f(t0, y0)`."""
-        return self.func(term, t0, y0, args)
+        """The first stage `f(t0, y0)` where the steps carry it, else `()`."""
+        return self.func(term, t0, y0, args) if self.carries_first_stage else ()
 
     def step(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
         return rk_step(self.tableau, term, t0, dt, y0, solver_state, args, dense)

@@ -1,4 +1,5 @@
-"""Checkpointing schedules for reversing a chain of steps: offline Revolve, online placement.
+"""Checkpointing schedules for reversing a chain of steps: offline Revolve, online
+placement, mixed (state and tape) plans.
 
 This package is pure Python (it does not import JAX). It is the reference for the traced
 integer bookkeeping of the checkpointed loop (`odeckpt._checkpointing`), which must make
@@ -93,11 +94,21 @@ would, if that is cheaper for this n), and `known_plan` is the resulting schedul
 offline optimum plus the forward pass's evaluation of the last step and a few restarts
 (within 0.2% of `n + t(n, c)` for n >= 1000).
 
+## Mixed schedules
+
+`mixed_plan(n, budget, tape_units)` may also keep a step's *tape* (what reversing the
+step needs without evaluating it again; `tape_units` units of memory where a state is
+one), with the actions `TapeStep` and `ReverseTaped`: the optimum over states and tapes
+by dynamic programming (`_mixed`), checked against an exhaustive search. It is an
+offline plan (n known). The traced loop does not run it: `CheckpointAdjoint` stores
+states only.
+
 ## Where each part lives
 
 - `_binomial`: `beta`, `repetition_number`, `revolve_extra_cost`, `optimal_total`,
   `online_lower_bound`, `revolve_split` and the saturation cap `SATURATION`.
-- `_actions`: the actions `Advance`, `Store`, `Restore`, `Reverse`, `Free` and `Plan`.
+- `_actions`: the actions `Advance`, `Store`, `Restore`, `Reverse`, `Free`,
+  `TapeStep`, `ReverseTaped` and `Plan`.
 - `_offline`: the backward loop shared by every plan, and `offline_plan` (Revolve).
 - `_placement`: `OnlineState`, `online_init` and the placement rules `KINDS`.
 - `_greedy`: the greedy rule (the reference decision, and the incremental runner that
@@ -106,6 +117,7 @@ offline optimum plus the forward pass's evaluation of the last step and a few re
 - `_online`: `online_decide`, `online_slots`, `online_positions`, `online_total`,
   `online_plan`.
 - `_known`: `known_slots`, `known_plan` and `KNOWN_GREEDY_LIMIT`.
+- `_mixed`: `mixed_total`, `mixed_plan`.
 - `_validate`: `validate`.
 
 ## References
@@ -115,6 +127,8 @@ offline optimum plus the forward pass's evaluation of the last step and a few re
   ACM Trans. Math. Softw. 26(1):19-45.
 - P. Stumm, A. Walther (2010), "New algorithms for optimal online checkpointing",
   SIAM J. Sci. Comput. 32(2):836-854.
+- J. R. Maddison (2024), "Step-based checkpointing with high-level algorithmic
+  differentiation", J. Comput. Sci. 82:102405 (mixed schedules).
 - Q. Wang, P. Moin, G. Iaccarino (2009), "Minimal repetition dynamic checkpointing
   algorithm for unsteady adjoint calculation", SIAM J. Sci. Comput. 31(4):2549-2567.
 """
@@ -126,7 +140,9 @@ from ._actions import (
     Plan as Plan,
     Restore as Restore,
     Reverse as Reverse,
+    ReverseTaped as ReverseTaped,
     Store as Store,
+    TapeStep as TapeStep,
 )
 from ._binomial import (
     SATURATION as SATURATION,
@@ -141,6 +157,10 @@ from ._known import (
     KNOWN_GREEDY_LIMIT as KNOWN_GREEDY_LIMIT,
     known_plan as known_plan,
     known_slots as known_slots,
+)
+from ._mixed import (
+    mixed_plan as mixed_plan,
+    mixed_total as mixed_total,
 )
 from ._offline import (
     offline_plan as offline_plan,
@@ -169,6 +189,8 @@ __all__ = [
     "Restore",
     "Reverse",
     "Free",
+    "TapeStep",
+    "ReverseTaped",
     "Action",
     "Plan",
     "OnlineState",
@@ -188,5 +210,7 @@ __all__ = [
     "KNOWN_GREEDY_LIMIT",
     "known_slots",
     "known_plan",
+    "mixed_total",
+    "mixed_plan",
     "validate",
 ]

@@ -1,4 +1,5 @@
-"""Actions of a schedule (`Advance`, `Store`, `Restore`, `Reverse`, `Free`) and the `Plan`.
+"""Actions of a schedule (`Advance`, `Store`, `Restore`, `Reverse`, `Free`; `TapeStep` and
+`ReverseTaped` in mixed plans) and the `Plan`.
 
 A `Plan` is a complete schedule, its actions in order, with its counts. `_Builder`
 accumulates the actions of a plan as the offline, online and known-step planners emit
@@ -49,7 +50,22 @@ class Free:
     slot: int
 
 
-Action = Advance | Store | Restore | Reverse | Free
+@dataclass(frozen=True, slots=True)
+class TapeStep:
+    """Evaluate step `step` from the state in hand and keep its tape (mixed plans):
+    state `step + 1` is then in hand."""
+
+    step: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReverseTaped:
+    """Reverse step `step` from its tape, without evaluating it, and free the tape."""
+
+    step: int
+
+
+Action = Advance | Store | Restore | Reverse | Free | TapeStep | ReverseTaped
 
 
 @dataclass(frozen=True)
@@ -63,9 +79,12 @@ class Plan:
         forward_length: `actions[:forward_length]` is the forward pass (0 offline).
         forward_evaluations: steps evaluated by the forward pass (n online, 0 offline).
         backward_advances: plain step evaluations after the forward pass.
-        taped: taped evaluations (n).
+        taped: taped evaluations (n: `Reverse` from the state in hand, or `TapeStep`).
         total: `forward_evaluations + backward_advances + taped`.
-        max_live: the most checkpoints held at once.
+        max_live: the most memory held at once: checkpoints, plus `tape_units` per
+            tape held (mixed plans).
+        tape_units: the memory of one tape, in units of one checkpoint (mixed plans;
+            every other plan holds no tape).
     """
 
     actions: tuple[Action, ...]
@@ -77,13 +96,16 @@ class Plan:
     taped: int
     total: int
     max_live: int
+    tape_units: int = 1
 
 
 @dataclass
 class _Builder:
-    """Accumulates actions and their counts (mutable; internal)."""
+    """Accumulates actions and their counts (mutable; internal). `live` counts units:
+    one per checkpoint, `tape_units` per tape."""
 
     c: int
+    tape_units: int = 1
     current: int | None = 0
     actions: list = field(default_factory=list)
     advances: int = 0
@@ -117,6 +139,19 @@ class _Builder:
         self.taped += 1
         self.current = None
 
+    def tape(self, step: int) -> None:
+        if self.current != step:
+            raise RuntimeError(f"cannot tape step {step} from state {self.current}")
+        self.actions.append(TapeStep(step))
+        self.taped += 1
+        self.current = step + 1
+        self.live += self.tape_units
+        self.max_live = max(self.max_live, self.live)
+
+    def reverse_tape(self, step: int) -> None:
+        self.actions.append(ReverseTaped(step))
+        self.live -= self.tape_units
+
 
 def _finish(out: _Builder, n: int, c: int, forward_length: int, forward: int) -> Plan:
     backward = out.advances - forward
@@ -130,4 +165,5 @@ def _finish(out: _Builder, n: int, c: int, forward_length: int, forward: int) ->
         taped=out.taped,
         total=forward + backward + out.taped,
         max_live=out.max_live,
+        tape_units=out.tape_units,
     )

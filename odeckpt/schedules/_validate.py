@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ._actions import Advance, Free, Plan, Restore, Reverse, Store
+from ._actions import Advance, Free, Plan, Restore, Reverse, ReverseTaped, Store, TapeStep
 
 
 @dataclass
@@ -18,6 +18,7 @@ class _Execution:
     plan: Plan
     current: int | None = 0
     live: dict = field(default_factory=dict)
+    tapes: set = field(default_factory=set)  # steps whose tape is held (mixed plans)
     next_step: int = 0
     forward: int = 0
     backward: int = 0
@@ -56,7 +57,15 @@ def _execute_store(ex: _Execution, k: int, a: Store) -> None:
     if held is not None:
         raise _fail(k, a, f"slot holds state {held}; free it first")
     ex.live[a.slot] = a.position
-    ex.max_live = max(ex.max_live, len(ex.live))
+    _held(ex, k, a)
+
+
+def _held(ex: _Execution, k: int, a: Store | TapeStep) -> None:
+    """Count the memory held after `a`: one unit per checkpoint, `tape_units` per tape."""
+    units = len(ex.live) + ex.plan.tape_units * len(ex.tapes)
+    if units > ex.plan.c:
+        raise _fail(k, a, f"holds {units} units of memory, more than c = {ex.plan.c}")
+    ex.max_live = max(ex.max_live, units)
 
 
 def _execute_free(ex: _Execution, k: int, a: Free) -> None:
@@ -87,10 +96,34 @@ def _execute_reverse(ex: _Execution, k: int, a: Reverse) -> None:
     ex.current = None
 
 
+def _execute_tape(ex: _Execution, k: int, a: TapeStep) -> None:
+    if k < ex.plan.forward_length:
+        raise _fail(k, a, "tape during the forward pass")
+    if not 0 <= a.step <= ex.next_step or ex.current != a.step:
+        raise _fail(k, a, f"tapes a step not in hand or already reversed ({ex.current})")
+    if a.step in ex.tapes:
+        raise _fail(k, a, "a tape of this step is already held")
+    ex.tapes.add(a.step)
+    ex.taped += 1
+    ex.current = a.step + 1
+    _held(ex, k, a)
+
+
+def _execute_reverse_tape(ex: _Execution, k: int, a: ReverseTaped) -> None:
+    if a.step != ex.next_step:
+        raise _fail(k, a, f"expected to reverse step {ex.next_step}")
+    if a.step not in ex.tapes:
+        raise _fail(k, a, "no tape of this step is held")
+    ex.tapes.remove(a.step)
+    ex.next_step -= 1
+
+
 def _check_counts(ex: _Execution) -> None:
     plan = ex.plan
     if ex.next_step != -1:
         raise ValueError(f"invalid plan: steps {ex.next_step}..0 were never reversed")
+    if ex.tapes:
+        raise ValueError(f"invalid plan: the tapes of steps {sorted(ex.tapes)} are never used")
     if plan.forward_length and ex.forward != plan.n:
         raise ValueError(f"invalid plan: the forward pass evaluates {ex.forward} != n steps")
     found = (ex.forward, ex.backward, ex.taped, ex.max_live)
@@ -108,9 +141,11 @@ def validate(plan: Plan) -> None:
 
     Checks: each step is reversed exactly once, in the order n-1, ..., 0, from the state
     in hand; every advance starts from the state in hand; restores and frees name a live
-    checkpoint; stores use a free slot in `[0, c)` (so never more than c are live); the
-    forward pass (online plans) only advances and stores, through exactly n steps; the
-    plan's counts match the execution.
+    checkpoint; stores use a free slot in `[0, c)`, and the memory held (a unit per
+    checkpoint, `tape_units` per tape of a mixed plan) never exceeds c; a step is
+    reversed from its tape only if a `TapeStep` of it is held, and every tape is used;
+    the forward pass (online plans) only advances and stores, through exactly n steps;
+    the plan's counts match the execution.
 
     Args:
         plan: the plan to check.
@@ -133,4 +168,6 @@ _EXECUTE = {
     Store: _execute_store,
     Free: _execute_free,
     Restore: _execute_restore,
+    TapeStep: _execute_tape,
+    ReverseTaped: _execute_reverse_tape,
 }
