@@ -74,12 +74,12 @@ def _emitted_rows(e: Emitter, problem, records, lo, his):
         # (its record may be the zeros of an iteration that took no step).
         hold = lambda x: jnp.where(written, x, lax.stop_gradient(x))  # noqa: E731
         record = jax.tree.map(lambda r: hold(r[k]), records)
-        value = e.value(_held(problem, hold), record, j)
+        value = e.value(_with_inexact_held(problem, hold), record, j)
         return jax.tree.map(lambda v: jnp.where(written, v, jnp.full_like(v, jnp.inf)), value)
 
     return jax.vmap(row)(jnp.arange(e.size, dtype=jnp.int32))
 
 
-def _held(tree, hold):
+def _with_inexact_held(tree, hold):
     dynamic, static = eqx.partition(tree, eqx.is_inexact_array)
     return eqx.combine(jax.tree.map(hold, dynamic), static)
