@@ -77,8 +77,12 @@ def _batched_like(leaves: list, like: list) -> list:
 
 @_batched_like.defjvp
 def _batched_like_jvp(primals, tangents):
-    leaves, like = primals
-    return _broadcast_like(leaves, like), tangents[0]
+    (leaves, like), (dots, like_dots) = primals, tangents
+    inexact = [eqx.is_inexact_array(x) for x in leaves]
+    # tangents batched as they will end: like `like` or its tangents (linear in `dots`)
+    both = [*like, *(d for x, d in zip(like, like_dots, strict=True) if eqx.is_inexact_array(x))]
+    moved = iter(_broadcast_like([d for d, f in zip(dots, inexact, strict=True) if f], both))
+    return _broadcast_like(leaves, like), [next(moved) if f else d for d, f in zip(dots, inexact)]
 
 
 @custom_batching.custom_vmap
@@ -132,7 +136,7 @@ def batch_cond(pred, true_fn, false_fn, *operands):
         inexact = [eqx.is_inexact_array(x) for x in leaves]
         dots = [d for d, f in zip(tangents[1], inexact, strict=True) if f]
         yes, no = _with_tangents(on_true, inexact), _with_tangents(on_false, inexact)
-        out, out_dots = _vmapped_cond(p, yes, no, [leaves, dots])
+        out, out_dots = _vmapped_cond(p, yes, no, [leaves, dots], tangents=True)
         out_leaves, out_def = jax.tree.flatten(out)
         out_dots = iter(out_dots)
         full = [next(out_dots) if eqx.is_inexact_array(x) else _float0(x) for x in out_leaves]
@@ -161,9 +165,15 @@ def _with_tangents(fn, inexact: list):
     return jvp_fn
 
 
-def _vmapped_cond(pred, on_true, on_false, operands):
-    """`lax.cond(pred, on_true, on_false, operands)` with `batch_cond`'s `jax.vmap` rule."""
+def _vmapped_cond(pred, on_true, on_false, operands, *, tangents: bool = False):
+    """`lax.cond(pred, on_true, on_false, operands)` with `batch_cond`'s `jax.vmap` rule.
+
+    `tangents`: the operands are `[primals, tangents]` and the branches return
+    `(out, out_tangents)`; `out` is then batched only where `pred` or a primal is (the
+    rule batches every output otherwise), so that a batch of tangents (`jax.jacfwd`,
+    `jax.hessian`) leaves the primal computation unbatched."""
     leaves, treedef = jax.tree.flatten(operands)
+    num_primals = len(jax.tree.leaves(operands[0])) if tangents else len(leaves)
 
     def branch(fn):
         return lambda leaves: fn(jax.tree.unflatten(treedef, leaves))
@@ -175,9 +185,13 @@ def _vmapped_cond(pred, on_true, on_false, operands):
     def _rule(axis_size, in_batched, p, leaves):
         p_batched, leaves_batched = in_batched
         axes = [0 if b else None for b in leaves_batched]
+        primal_batched = p_batched or any(leaves_batched[:num_primals]) or not tangents
+        out_axes = 0 if primal_batched else (None, 0)
 
         def vmapped(fn):
-            return lambda leaves: jax.vmap(fn, in_axes=(axes,), axis_size=axis_size)(leaves)
+            return lambda leaves: jax.vmap(
+                fn, in_axes=(axes,), out_axes=out_axes, axis_size=axis_size
+            )(leaves)
 
         if p_batched:
             yes, no = vmapped(on_true)(leaves), vmapped(on_false)(leaves)
@@ -188,7 +202,9 @@ def _vmapped_cond(pred, on_true, on_false, operands):
             out = jax.tree.map(select, yes, no)
         else:
             out = lax.cond(p, vmapped(on_true), vmapped(on_false), leaves)
-        return out, jax.tree.map(lambda _: True, out)
+        if primal_batched:
+            return out, jax.tree.map(lambda _: True, out)
+        return out, (jax.tree.map(lambda _: False, out[0]), jax.tree.map(lambda _: True, out[1]))
 
     return call(pred, leaves)
 
