@@ -45,6 +45,7 @@ REGISTRY = {
     "xla_cpu": "bench_xla_cpu",
     "reversible": "bench_reversible",
     "events": "bench_events",
+    "hvp": "bench_hvp",
 }
 
 # Full mode's time limit on an idle 2-core CPU, and each section's share of it in seconds:
@@ -71,6 +72,7 @@ FULL_BUDGET_SECONDS = {
     "xla_cpu": 120,
     "reversible": 90,
     "events": 120,
+    "hvp": 120,
 }
 
 _BLOCK = re.compile(r"<!-- section:(\w+) -->\n.*?<!-- /section:\1 -->\n", re.S)

@@ -82,7 +82,9 @@ def _batched_like_jvp(primals, tangents):
     # tangents batched as they will end: like `like` or its tangents (linear in `dots`)
     both = [*like, *(d for x, d in zip(like, like_dots, strict=True) if eqx.is_inexact_array(x))]
     moved = iter(_broadcast_like([d for d, f in zip(dots, inexact, strict=True) if f], both))
-    return _broadcast_like(leaves, like), [next(moved) if f else d for d, f in zip(dots, inexact)]
+    return _broadcast_like(leaves, like), [
+        next(moved) if f else d for d, f in zip(dots, inexact, strict=True)
+    ]
 
 
 @custom_batching.custom_vmap

@@ -56,8 +56,8 @@ def _tracer_types() -> tuple[type, type]:
         seen.append(type(x))
         return x
 
-    jax.jvp(probe, (1.0,), (1.0,))
-    jax.vjp(probe, 1.0)
+    _ = jax.jvp(probe, (1.0,), (1.0,))
+    _ = jax.vjp(probe, 1.0)
     return seen[0], seen[1]
 
 
