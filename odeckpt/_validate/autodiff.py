@@ -10,17 +10,19 @@ fails at trace time with one that does:
 
 - forward mode (`jax.jvp`, `jax.jacfwd`) of a solve whose adjoint is a custom VJP: JAX
   cannot push a tangent through a custom VJP (it only has the transpose);
-- reverse mode of a `ForwardMode()` solve: JAX cannot transpose a `lax.while_loop`;
 - reverse over reverse (`jax.grad` of a function that calls `jax.grad` through a
   solve): the outer reverse pass would transpose the inner one's forward and backward
   loops, again `lax.while_loop`s.
 
-The first two are seen on the solve's inputs: their tracers are the ones `jax.jvp`
-(resp. `jax.vjp`) traces with, found by tracing an identity with each once. The third
+The first is seen on the solve's inputs: their tracers are the ones `jax.jvp` traces
+with (told from those of `jax.vjp` by tracing an identity with each once). The second
 is seen where the inner reverse pass linearises the solve: an identity with a custom
 JVP, whose rule receives the values the linearisation starts from; under an outer
 reverse pass those are that pass's tracers. A solve traced on its own first
-(`jax.jvp(jax.jit(f))`) is seen by none of these, and gets JAX's message.
+(`jax.jvp(jax.jit(f))`) is seen by neither, and gets JAX's message. Reverse mode of a
+`ForwardMode()` solve is left to JAX, whose message says that a `lax.while_loop` cannot
+be transposed: `jax.vjp` and `jax.linearize` trace alike, and `jax.linearize` (forward
+mode) goes through it.
 """
 
 import equinox as eqx
@@ -32,11 +34,6 @@ _FORWARD_THROUGH_VJP = (
     "forward mode). Use `adjoint=ForwardMode()` for `jax.jvp`/`jax.jacfwd` of a solve; "
     "for second derivatives keep `{name}` and put forward mode outside reverse mode: "
     "`jax.hessian(f)`, `jax.jacfwd(jax.grad(f))` or `jax.jvp(jax.grad(f), (x,), (v,))`."
-)
-_REVERSE_THROUGH_FORWARD_MODE = (
-    "`jax.grad`/`jax.vjp` of `diffeqsolve` with `adjoint=ForwardMode()`: it "
-    "differentiates in forward mode only (JAX cannot transpose its `lax.while_loop`). "
-    "Use `adjoint=CheckpointAdjoint()` (the default) for reverse mode."
 )
 _REVERSE_OVER_REVERSE = (
     "Reverse mode over reverse mode (`jax.grad` or `jax.jacrev` of a function that "
@@ -71,9 +68,7 @@ def check_autodiff(adjoint, problem, state0):
         return problem, state0
     leaves = jax.tree.leaves((problem, state0))
     name = f"{type(adjoint).__name__}()"
-    if adjoint.forward_mode:
-        if any(isinstance(x, reverse) for x in leaves):
-            raise ValueError(_REVERSE_THROUGH_FORWARD_MODE)
+    if adjoint.forward_mode:  # JAX's reverse mode fails on its loop, with JAX's message
         return problem, state0
     if any(isinstance(x, forward) for x in leaves):
         raise ValueError(_FORWARD_THROUGH_VJP.format(name=name))
