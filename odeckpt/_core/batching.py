@@ -3,7 +3,9 @@ reverse passes: `any_in_batch`, a loop condition that stays unbatched; `min_in_b
 the batch's least value, unbatched; `batched_like`,
 a loop's initial carry batched as it will end; and `batch_cond`, a `lax.cond` whose branches
 keep unbatched operands (the vector field's parameters) unbatched. `batch_size` reads,
-at trace time, how many batch elements a value is traced for."""
+at trace time, how many batch elements a value is traced for. `batched_like` and
+`batch_cond` have custom JVPs, so that the JVP of a backward pass (second derivatives)
+batches correctly."""
 
 import math
 
