@@ -159,7 +159,7 @@ REVERSE = ["checkpoint", "checkpoint4", "checkpoint32", "interpolating", "backso
     "mode, adjoint, solver, saveat",
     [
         ("hessian", "checkpoint4", "Tsit5", "t1"),
-        ("jacfwd_grad", "checkpoint", "Tsit5", "ts"),
+        ("jacfwd_grad", "checkpoint", "Tsit5", "t1"),
         ("vmap_hvp", "interpolating", "Tsit5", "t1"),
         ("hessian", "backsolve", "Tsit5", "t1"),
     ],
@@ -188,7 +188,8 @@ def _time_closed_form(times):
     return 0.5 * jnp.sum(ys**2)
 
 
-@pytest.mark.parametrize("adjoint", ["checkpoint"])
+@pytest.mark.slow
+@pytest.mark.parametrize("adjoint", ["checkpoint", "checkpoint4", "checkpoint32"])
 def test_second_derivatives_with_respect_to_times(adjoint):
     times = jnp.asarray([0.05, T1, 0.3, 0.7, 1.1])
     h = jax.jit(jax.hessian(_time_loss(_adjoint(adjoint, oc.Tsit5()))))(times)
@@ -237,8 +238,15 @@ def test_refused_modes_name_what_works(mode, adjoint):
     "mode, call",
     [
         ("grad", lambda f, x: jax.grad(f)(x)),
-        ("hessian", lambda f, x: jax.hessian(f)(x)),
-        ("jvp_grad", lambda f, x: jax.jvp(jax.grad(f), (x,), (x,))),
+        pytest.param("hessian", lambda f, x: jax.hessian(f)(x), marks=pytest.mark.slow),
+        pytest.param(
+            "jvp_grad", lambda f, x: jax.jvp(jax.grad(f), (x,), (x,)), marks=pytest.mark.slow
+        ),
+        pytest.param(
+            "grad_grad",
+            lambda f, x: jax.grad(lambda x: jax.grad(f)(x).sum())(x),
+            marks=pytest.mark.slow,
+        ),
     ],
 )
 def test_forward_mode_refuses_reverse_mode(mode, call):
@@ -277,9 +285,3 @@ def test_second_derivatives_matrix(mode, adjoint, solver, saveat):
 @pytest.mark.parametrize("mode", list(REFUSED))
 def test_refused_modes_matrix(mode, adjoint, solver, saveat):
     _check_refused(mode, adjoint, solver, saveat)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("adjoint", ["checkpoint4", "checkpoint32"])
-def test_second_derivatives_with_respect_to_times_matrix(adjoint):
-    test_second_derivatives_with_respect_to_times(adjoint)
