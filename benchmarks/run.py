@@ -48,6 +48,7 @@ REGISTRY = {
     "evaluations": "bench_evaluations",
     "floor": "bench_floor",
     "reversible_adjoint": "bench_reversible_adjoint",
+    "hvp": "bench_hvp",
 }
 
 # Full mode's time limit on an idle 2-core CPU, and each section's share of it in seconds:
@@ -81,6 +82,7 @@ FULL_BUDGET_SECONDS = {
     "evaluations": 300,
     "floor": 120,
     "reversible_adjoint": 300,
+    "hvp": 120,
 }
 
 _BLOCK = re.compile(r"<!-- section:(\w+) -->\n.*?<!-- /section:\1 -->\n", re.S)

@@ -25,6 +25,7 @@ from ._saveat import SaveAt, SubSaveAt, save_y, sub_saves
 from ._solution import Solution, build_solution
 from ._terms import as_term, time_reversed
 from ._validate import (
+    check_autodiff,
     check_event,
     check_inputs,
     check_save_fns,
@@ -136,6 +137,7 @@ def diffeqsolve(
         code = jnp.where(invalid, RESULTS.invalid_input, state0.result).astype(jnp.int32)
         state0 = state0.with_result(code)
     adjoint = adjoint.with_throw(throw)
+    problem, state0 = check_autodiff(adjoint, problem, state0)
     out = adjoint.loop(integrator, problem, state0, max_steps)
     if integrator.report is not None:
         integrator.report(tau0, tau1, out.state.t, out.num_steps, final=True)

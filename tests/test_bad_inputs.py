@@ -412,9 +412,15 @@ ADJOINTS = [
     Case("`jax.grad` with `ForwardMode()` (JAX's message)", "ValueError",
          "Reverse-mode differentiation does not work for lax.while_loop",
          lambda: _grad(lambda y0: _solve(y0=y0, adjoint=oc.ForwardMode()).ys.sum(), Y0)),
-    Case("`jax.jvp` with `CheckpointAdjoint()` (JAX's message)", "TypeError",
-         "can't apply forward-mode autodiff (jvp) to a custom_vjp function.",
+    Case("`jax.jvp` with `CheckpointAdjoint()`", "ValueError",
+         "`jax.jvp`/`jax.jacfwd` of `diffeqsolve` with `adjoint=CheckpointAdjoint()`: this "
+         "adjoint defines reverse mode only",
          lambda: jax.jvp(lambda y0: _solve(y0=y0).ys, (Y0,), (Y0,))),
+    Case("`jax.grad` of `jax.grad` (reverse over reverse)", "ValueError",
+         "Reverse mode over reverse mode (`jax.grad` or `jax.jacrev` of a function that takes "
+         "`jax.grad`/`jax.vjp` through `diffeqsolve`) is not supported with "
+         "`adjoint=CheckpointAdjoint()`",
+         lambda: _grad(lambda y0: _grad(lambda y0: _solve(y0=y0).ys.sum(), y0).sum(), Y0)),
 ]  # fmt: skip
 
 _T = jnp.asarray([0.0, 1.0, 2.0, 3.0])

@@ -26,6 +26,13 @@ class AbstractAdjoint(eqx.Module):
         """Run the solve's loop; its reverse (or forward) mode is this adjoint's."""
 
     @property
+    def forward_mode(self) -> bool:
+        """Whether JAX differentiates the solve's loop in forward mode (`jax.jvp`,
+        `jax.jacfwd`; `ForwardMode`) rather than by this adjoint's reverse mode (`jax.grad`,
+        `jax.vjp`, and forward-over-reverse second derivatives)."""
+        return False
+
+    @property
     def supports_events(self) -> bool:
         """Whether its gradients carry an `Event`'s time dependence (`diffeqsolve`
         refuses an event with an adjoint that says no)."""

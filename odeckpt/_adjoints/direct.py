@@ -23,6 +23,11 @@ class DirectAdjoint(AbstractAdjoint):
     `ForwardMode`. Needs an integer `max_steps`.
     """
 
+    @property
+    def forward_mode(self) -> bool:
+        """JAX differentiates this solve in both modes itself: no mode is refused."""
+        return True
+
     def loop(self, integrator, problem, state0, max_steps):
         if max_steps is None:
             raise ValueError(

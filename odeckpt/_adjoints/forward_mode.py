@@ -13,5 +13,9 @@ class ForwardMode(AbstractAdjoint):
     (`jax.grad`) is not available: use `CheckpointAdjoint`.
     """
 
+    @property
+    def forward_mode(self) -> bool:
+        return True
+
     def loop(self, integrator, problem, state0, max_steps):
         return forward_loop(integrator.body(), problem, state0, max_steps)

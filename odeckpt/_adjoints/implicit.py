@@ -39,6 +39,11 @@ class ImplicitAdjoint(AbstractAdjoint):
 
     linear_solver: object = eqx.field(static=True, default=None)
 
+    @property
+    def forward_mode(self) -> bool:
+        """JAX differentiates this solve in both modes itself: no mode is refused."""
+        return True
+
     def loop(self, integrator, problem, state0, max_steps):
         if integrator.save_dense or any(s.num_ts or s.steps for s in integrator.saves):
             raise ValueError(

@@ -3,13 +3,16 @@ reverse passes: `any_in_batch`, a loop condition that stays unbatched; `min_in_b
 the batch's least value, unbatched; `batched_like`,
 a loop's initial carry batched as it will end; and `batch_cond`, a `lax.cond` whose branches
 keep unbatched operands (the vector field's parameters) unbatched. `batch_size` reads,
-at trace time, how many batch elements a value is traced for."""
+at trace time, how many batch elements a value is traced for. `batched_like` and
+`batch_cond` have custom JVPs, so that the JVP of a backward pass (second derivatives)
+batches correctly."""
 
 import math
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import custom_batching, lax
 
 
@@ -45,7 +48,6 @@ def _min_rule(axis_size, in_batched, x):
     return (jnp.min(x, axis=0) if batched else x), False
 
 
-@custom_batching.custom_vmap
 def batched_like(tree, like):
     """`tree` unchanged; under `jax.vmap`, with every leaf batched if any leaf of `like`
     is.
@@ -55,22 +57,55 @@ def batched_like(tree, like):
     whenever a carry that started unbatched comes out batched, recursively through
     nested loops. A carry that starts as batched as it will end needs one pass, which
     cuts the trace time of nested loops under `jax.vmap` (about 60% of it for a
-    vmapped neural ODE's gradient).
+    vmapped neural ODE's gradient). Its JVP is the identity on the tangent.
     """
-    return tree
+    leaves, treedef = jax.tree.flatten(tree)
+    return jax.tree.unflatten(treedef, _batched_like(leaves, jax.tree.leaves(like)))
 
 
-@batched_like.def_vmap
-def _batched_like_rule(axis_size, in_batched, tree, like):
-    tree_batched, like_batched = in_batched
-    if not any(jax.tree.leaves(like_batched)):
-        return tree, tree_batched
+# Second derivatives (`jax.hessian`, `jax.jacfwd(jax.grad(f))`, `jax.vmap` of a
+# Hessian-vector product) take the JVP of the backward passes, which use
+# `batched_like` and `batch_cond`, and batch it. JAX's own JVP of a `custom_vmap`
+# function is wrong under `jax.vmap` whenever a primal and its tangent are not batched
+# alike (the batch axis comes out twice: jax 0.10), and fails an assertion when an
+# argument holds a `None` node. So each has a `custom_jvp` whose tangent is computed by
+# the same primitive again (never by JAX's JVP of it), and takes flat lists of leaves.
+
+
+@jax.custom_jvp
+def _batched_like(leaves: list, like: list) -> list:
+    return _broadcast_like(leaves, like)
+
+
+@_batched_like.defjvp
+def _batched_like_jvp(primals, tangents):
+    (leaves, like), (dots, like_dots) = primals, tangents
+    inexact = [eqx.is_inexact_array(x) for x in leaves]
+    # tangents batched as they will end: like `like` or its tangents (linear in `dots`)
+    both = [*like, *(d for x, d in zip(like, like_dots, strict=True) if eqx.is_inexact_array(x))]
+    moved = iter(_broadcast_like([d for d, f in zip(dots, inexact, strict=True) if f], both))
+    return _broadcast_like(leaves, like), [
+        next(moved) if f else d for d, f in zip(dots, inexact, strict=True)
+    ]
+
+
+@custom_batching.custom_vmap
+def _broadcast_like(leaves: list, like: list) -> list:
+    return leaves
+
+
+@_broadcast_like.def_vmap
+def _broadcast_like_rule(axis_size, in_batched, leaves, like):
+    leaves_batched, like_batched = in_batched
+    if not any(like_batched):
+        return leaves, leaves_batched
 
     def broadcast(x, batched):
         return x if batched else jnp.broadcast_to(x, (axis_size, *jnp.shape(x)))
 
-    out = jax.tree.map(broadcast, tree, tree_batched)
-    return out, jax.tree.map(lambda _: True, tree_batched)
+    return [broadcast(x, b) for x, b in zip(leaves, leaves_batched, strict=True)], [
+        True for _ in leaves
+    ]
 
 
 def batch_cond(pred, true_fn, false_fn, *operands):
@@ -83,40 +118,99 @@ def batch_cond(pred, true_fn, false_fn, *operands):
     matrix products, where one product over the whole batch would do), in every
     iteration of the loop around it. Here each branch is vmapped over the operands
     that are batched and the outputs are selected; with an unbatched `pred` one
-    branch runs, vmapped the same way.
+    branch runs, vmapped the same way. Its JVP is a `batch_cond` of the branches'
+    JVPs (forward mode only: it cannot be transposed).
 
     Non-array leaves of the operands are passed through as static values. The
     branches must not close over traced values (pass those as operands) and must
     return arrays only.
     """
     dynamic, static = eqx.partition(operands, eqx.is_array)
+    leaves, treedef = jax.tree.flatten(dynamic)
 
     def branch(fn):
-        return lambda dynamic: fn(*eqx.combine(dynamic, static))
+        return lambda leaves: fn(*eqx.combine(jax.tree.unflatten(treedef, leaves), static))
 
     on_true, on_false = branch(true_fn), branch(false_fn)
-    call = custom_batching.custom_vmap(lambda p, dynamic: lax.cond(p, on_true, on_false, dynamic))
+    call = jax.custom_jvp(lambda p, leaves: _vmapped_cond(p, on_true, on_false, leaves))
+
+    @call.defjvp
+    def _jvp(primals, tangents):
+        p, leaves = primals
+        inexact = [eqx.is_inexact_array(x) for x in leaves]
+        dots = [d for d, f in zip(tangents[1], inexact, strict=True) if f]
+        yes, no = _with_tangents(on_true, inexact), _with_tangents(on_false, inexact)
+        out, out_dots = _vmapped_cond(p, yes, no, [leaves, dots], tangents=True)
+        out_leaves, out_def = jax.tree.flatten(out)
+        out_dots = iter(out_dots)
+        full = [next(out_dots) if eqx.is_inexact_array(x) else _float0(x) for x in out_leaves]
+        return out, jax.tree.unflatten(out_def, full)
+
+    return call(pred, leaves)
+
+
+def _float0(x):
+    """The (zero) tangent of an integer or boolean array."""
+    return np.zeros(jnp.shape(x), jax.dtypes.float0)
+
+
+def _with_tangents(fn, inexact: list):
+    """`fn(leaves)` -> `(out, tangents of out's inexact leaves)`, a function of the
+    leaves and the tangents of their inexact ones (`inexact`: which they are)."""
+
+    def jvp_fn(operands):
+        leaves, dots = operands
+        dots = iter(dots)
+        full = [next(dots) if f else _float0(x) for x, f in zip(leaves, inexact, strict=True)]
+        out, out_dot = jax.jvp(fn, (leaves,), (full,))
+        pairs = zip(jax.tree.leaves(out), jax.tree.leaves(out_dot), strict=True)
+        return out, [d for x, d in pairs if eqx.is_inexact_array(x)]
+
+    return jvp_fn
+
+
+def _vmapped_cond(pred, on_true, on_false, operands, *, tangents: bool = False):
+    """`lax.cond(pred, on_true, on_false, operands)` with `batch_cond`'s `jax.vmap` rule.
+
+    `tangents`: the operands are `[primals, tangents]` and the branches return
+    `(out, out_tangents)`; `out` is then batched only where `pred` or a primal is (the
+    rule batches every output otherwise), so that a batch of tangents (`jax.jacfwd`,
+    `jax.hessian`) leaves the primal computation unbatched."""
+    leaves, treedef = jax.tree.flatten(operands)
+    num_primals = len(jax.tree.leaves(operands[0])) if tangents else len(leaves)
+
+    def branch(fn):
+        return lambda leaves: fn(jax.tree.unflatten(treedef, leaves))
+
+    on_true, on_false = branch(on_true), branch(on_false)
+    call = custom_batching.custom_vmap(lambda p, leaves: lax.cond(p, on_true, on_false, leaves))
 
     @call.def_vmap
-    def _rule(axis_size, in_batched, p, dynamic):
-        p_batched, dynamic_batched = in_batched
-        axes = jax.tree.map(lambda b: 0 if b else None, dynamic_batched)
+    def _rule(axis_size, in_batched, p, leaves):
+        p_batched, leaves_batched = in_batched
+        axes = [0 if b else None for b in leaves_batched]
+        primal_batched = p_batched or any(leaves_batched[:num_primals]) or not tangents
+        out_axes = 0 if primal_batched else (None, 0)
 
         def vmapped(fn):
-            return lambda dynamic: jax.vmap(fn, in_axes=(axes,), axis_size=axis_size)(dynamic)
+            return lambda leaves: jax.vmap(
+                fn, in_axes=(axes,), out_axes=out_axes, axis_size=axis_size
+            )(leaves)
 
         if p_batched:
-            yes, no = vmapped(on_true)(dynamic), vmapped(on_false)(dynamic)
+            yes, no = vmapped(on_true)(leaves), vmapped(on_false)(leaves)
 
             def select(a, b):
                 return jnp.where(jnp.reshape(p, p.shape + (1,) * (a.ndim - 1)), a, b)
 
             out = jax.tree.map(select, yes, no)
         else:
-            out = lax.cond(p, vmapped(on_true), vmapped(on_false), dynamic)
-        return out, jax.tree.map(lambda _: True, out)
+            out = lax.cond(p, vmapped(on_true), vmapped(on_false), leaves)
+        if primal_batched:
+            return out, jax.tree.map(lambda _: True, out)
+        return out, (jax.tree.map(lambda _: False, out[0]), jax.tree.map(lambda _: True, out[1]))
 
-    return call(pred, dynamic)
+    return call(pred, leaves)
 
 
 def batch_size(tree) -> int:

@@ -52,7 +52,10 @@ def _recorded_next(problem: Problem, t, accepted, recorded):
     clipped = _clipped(t, problem, accepted)
     free = problem.controller.replayed_next(t, recorded)
     moved = jnp.where(recorded == clipped, clipped, free)
-    return recorded + (moved - sg(moved))
+    # `sg(recorded)`: under forward-over-reverse the record carries the forward pass's
+    # tangent too, which `moved` already gives (counted twice, the replayed steps of the
+    # backward pass would move by twice it)
+    return sg(recorded) + (moved - sg(moved))
 
 
 def restart_after(problem: Problem, end):

@@ -13,8 +13,10 @@ The checks run in the order `diffeqsolve` calls them: `check_inputs`, `check_ter
 
 - `structure`: the structural checks (types, shapes, dtypes, which options go together).
 - `values`: the value checks and their predicates.
+- `autodiff`: which autodiff modes go through the adjoint (`check_autodiff`, last).
 """
 
+from .autodiff import check_autodiff as check_autodiff
 from .predicates import known_direction as known_direction
 from .structure import (
     check_event as check_event,

@@ -1,0 +1,84 @@
+"""Which autodiff modes go through a solve, checked when `diffeqsolve` is traced.
+
+An adjoint either defines the solve's reverse mode (a custom VJP: `CheckpointAdjoint`,
+the continuous adjoints) or lets JAX run forward mode through a plain loop
+(`ForwardMode`); `AbstractAdjoint.forward_mode` says which. Second derivatives work
+forward-over-reverse (`jax.hessian`, `jax.jacfwd(jax.grad(f))`, `jax.jvp(jax.grad(f))`):
+JAX takes the JVP of the custom VJP's forward and backward passes. What JAX cannot do
+fails inside JAX with a message that names neither the cause nor the fix; here it
+fails at trace time with one that does:
+
+- forward mode (`jax.jvp`, `jax.jacfwd`) of a solve whose adjoint is a custom VJP: JAX
+  cannot push a tangent through a custom VJP (it only has the transpose);
+- reverse over reverse (`jax.grad` of a function that calls `jax.grad` through a
+  solve): the outer reverse pass would transpose the inner one's forward and backward
+  loops, again `lax.while_loop`s.
+
+The first is seen on the solve's inputs: their tracers are the ones `jax.jvp` traces
+with (told from those of `jax.vjp` by tracing an identity with each once). The second
+is seen where the inner reverse pass linearises the solve: an identity with a custom
+JVP, whose rule receives the values the linearisation starts from; under an outer
+reverse pass those are that pass's tracers. A solve traced on its own first
+(`jax.jvp(jax.jit(f))`) is seen by neither, and gets JAX's message. Reverse mode of a
+`ForwardMode()` solve is left to JAX, whose message says that a `lax.while_loop` cannot
+be transposed: `jax.vjp` and `jax.linearize` trace alike, and `jax.linearize` (forward
+mode) goes through it.
+"""
+
+import equinox as eqx
+import jax
+
+_FORWARD_THROUGH_VJP = (
+    "`jax.jvp`/`jax.jacfwd` of `diffeqsolve` with `adjoint={name}`: this adjoint "
+    "defines reverse mode only (a custom VJP, which JAX cannot differentiate in "
+    "forward mode). Use `adjoint=ForwardMode()` for `jax.jvp`/`jax.jacfwd` of a solve; "
+    "for second derivatives keep `{name}` and put forward mode outside reverse mode: "
+    "`jax.hessian(f)`, `jax.jacfwd(jax.grad(f))` or `jax.jvp(jax.grad(f), (x,), (v,))`."
+)
+_REVERSE_OVER_REVERSE = (
+    "Reverse mode over reverse mode (`jax.grad` or `jax.jacrev` of a function that "
+    "takes `jax.grad`/`jax.vjp` through `diffeqsolve`) is not supported with "
+    "`adjoint={name}`: the outer pass would have to transpose the inner one's forward "
+    "and backward loops. Take second derivatives forward-over-reverse, with the same "
+    "adjoint and memory: `jax.jvp(jax.grad(f), (x,), (v,))` (a Hessian-vector "
+    "product), `jax.hessian(f)` or `jax.jacfwd(jax.grad(f))`."
+)
+
+
+def _tracer_types() -> tuple[type, type]:
+    """The tracer types `jax.jvp` and `jax.vjp` trace a function with."""
+    seen = []
+
+    def probe(x):
+        seen.append(type(x))
+        return x
+
+    _ = jax.jvp(probe, (1.0,), (1.0,))
+    _ = jax.vjp(probe, 1.0)
+    return seen[0], seen[1]
+
+
+def check_autodiff(adjoint, problem, state0):
+    """`(problem, state0)`, unchanged, after checking that the autodiff modes applied
+    to them go through `adjoint`; raises `ValueError` naming what works otherwise.
+    Under reverse mode their floating leaves pass through an identity that refuses a
+    second reverse pass (see the module docstring)."""
+    forward, reverse = _tracer_types()
+    if forward is reverse:  # JAX's reverse mode traced as forward mode: cannot tell
+        return problem, state0
+    leaves = jax.tree.leaves((problem, state0))
+    name = f"{type(adjoint).__name__}()"
+    if adjoint.forward_mode:  # JAX's reverse mode fails on its loop, with JAX's message
+        return problem, state0
+    if any(isinstance(x, forward) for x in leaves):
+        raise ValueError(_FORWARD_THROUGH_VJP.format(name=name))
+    dynamic, static = eqx.partition((problem, state0), eqx.is_inexact_array)
+    guard = jax.custom_jvp(lambda dynamic: dynamic)
+
+    @guard.defjvp
+    def _once_in_reverse(primals, tangents):
+        if any(isinstance(x, reverse) for x in jax.tree.leaves(primals)):
+            raise ValueError(_REVERSE_OVER_REVERSE.format(name=name))
+        return primals[0], tangents[0]
+
+    return eqx.combine(guard(dynamic), static)
