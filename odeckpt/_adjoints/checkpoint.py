@@ -120,11 +120,17 @@ class CheckpointAdjoint(AbstractAdjoint):
         return _fitting(integrator, state0, max_steps, budget, extra=0)
 
     def first_stage_checkpoints(
-        self, integrator: Integrator, state0: State, max_steps: int, expected: int | None
+        self,
+        integrator: Integrator,
+        state0: State,
+        max_steps: int,
+        expected: int | None,
+        c: int,
     ) -> int | None:
         """The checkpoint count with the first stage stored in each checkpoint, where
-        the budget rule (class docstring) prefers it; else `None`."""
-        solver, c = integrator.solver, self.num_checkpoints(integrator, state0, max_steps)
+        the budget rule (class docstring) prefers it over `c` checkpoints without it
+        (`num_checkpoints`); else `None`."""
+        solver = integrator.solver
         stage = batch_size(state0) * nbytes(state0.solver_state)
         if c >= max_steps or not (solver.carries_first_stage and solver.state_rebuildable):
             return None
@@ -143,11 +149,10 @@ class CheckpointAdjoint(AbstractAdjoint):
         if max_steps is None:  # a forward solve only: reverse mode would need a bound
             return forward_only_loop(integrator.body(), problem, state0, _UNBOUNDED)
         expected = problem.expected_steps
-        c = self.first_stage_checkpoints(integrator, state0, max_steps, expected)
-        if c is None:
-            c = self.num_checkpoints(integrator, state0, max_steps)
-        else:
-            integrator = integrator.storing_solver_state()
+        c = self.num_checkpoints(integrator, state0, max_steps)
+        staged = self.first_stage_checkpoints(integrator, state0, max_steps, expected, c)
+        if staged is not None:
+            c, integrator = staged, integrator.storing_solver_state()
         return checkpointed_loop(integrator.body(), problem, state0, max_steps, c, expected)
 
 
