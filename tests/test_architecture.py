@@ -240,7 +240,7 @@ def _geometric_times(t0, t1, dt0, factor):
     return np.asarray(times)
 
 
-@pytest.mark.parametrize("t0, t1", [(0.0, 2.0), (2.0, 0.0)])
+@pytest.mark.parametrize("t0, t1", [(0.0, 2.0), pytest.param(2.0, 0.0, marks=pytest.mark.slow)])
 def test_a_users_controller_needs_no_edit_in_the_core(t0, t1):
     """Solves and differentiates (checkpointed and continuous) like `StepTo` on the same
     times, in both directions."""

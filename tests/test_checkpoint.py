@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import sampled_matrix
 
 import odeckpt as oc
 from odeckpt import schedules
@@ -47,9 +48,17 @@ SAVEATS = {
 }
 
 
-@pytest.mark.parametrize("c", [1, 2, 3, 5, 9, 40])
-@pytest.mark.parametrize("save", list(SAVEATS))
-def test_every_checkpoint_count_gives_the_stored_gradient(c, save):
+EVERY_COUNT_FAST = {("t1", "1"), ("ts", "2"), ("ts+t1", "3"), ("steps", "5"), ("ts", "9"),
+                    ("ts+t1", "40")}  # fmt: skip
+"""Each SaveAt mode and each count once by default; `-m slow` runs every pair."""
+
+
+@pytest.mark.parametrize(
+    "save, c",
+    sampled_matrix(EVERY_COUNT_FAST, save=list(SAVEATS), c=["1", "2", "3", "5", "9", "40"]),
+)
+def test_every_checkpoint_count_gives_the_stored_gradient(save, c):
+    c = int(c)
     args = jnp.array([1.5, 1.0, 3.0, 1.0])
     stored = _loss(oc.CheckpointAdjoint(), SAVEATS[save], _lotka_volterra, args)(Y0, args)
     recomputed = _loss(oc.CheckpointAdjoint(c), SAVEATS[save], _lotka_volterra, args)(Y0, args)
@@ -70,8 +79,11 @@ def test_gradient_matches_matrix_exponential(c):
         np.testing.assert_allclose(g, e, rtol=1e-8)
 
 
-@pytest.mark.parametrize("direction", [1.0, -1.0])
-@pytest.mark.parametrize("c", [None, 3])
+@pytest.mark.parametrize(
+    "direction, c",
+    [(1.0, None), pytest.param(-1.0, None, marks=pytest.mark.slow),
+     pytest.param(1.0, 3, marks=pytest.mark.slow), (-1.0, 3)],
+)  # fmt: skip
 def test_time_gradients_match_finite_differences(direction, c):
     def loss(t0, t1, ts, k):
         sol = oc.diffeqsolve(lambda t, y, a: -a * y + jnp.sin(t), oc.Tsit5(), t0, t1, None,
@@ -96,7 +108,7 @@ def test_time_gradients_match_finite_differences(direction, c):
     np.testing.assert_allclose(grads[3], fd_k, rtol=1e-5)
 
 
-@pytest.mark.parametrize("direction", [1.0, -1.0])
+@pytest.mark.parametrize("direction", [1.0, pytest.param(-1.0, marks=pytest.mark.slow)])
 def test_replays_without_error_control_give_the_same_gradient(direction, monkeypatch):
     """Small states replay steps without the error norm (`_integrate._light_replay`);
     every derivative, the times' included, is the one of the full replay."""
@@ -121,8 +133,11 @@ def test_replays_without_error_control_give_the_same_gradient(direction, monkeyp
         np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-13)
 
 
-@pytest.mark.parametrize("direction", [1.0, -1.0])
-@pytest.mark.parametrize("c", [None, 2])
+@pytest.mark.parametrize(
+    "direction, c",
+    [(1.0, None), pytest.param(-1.0, None, marks=pytest.mark.slow),
+     pytest.param(1.0, 2, marks=pytest.mark.slow), (-1.0, 2)],
+)  # fmt: skip
 def test_save_time_at_t0_has_the_one_sided_derivative(direction, c):
     """y(ts[i]) with ts[i] == t0 is y0, and moves like y0 + (ts[i] - t0) f(t0, y0)."""
 
@@ -323,9 +338,13 @@ def _planned_evaluations(n, c, schedule):
     return 1 + 6 * plan.total + restores
 
 
-@pytest.mark.parametrize("w", [2, 5])
-@pytest.mark.parametrize("schedule", ["table", "traced", "known", "all"])
-def test_small_windows_keep_the_plan_and_the_gradient(w, schedule, monkeypatch):
+@pytest.mark.parametrize(
+    "schedule, w",
+    sampled_matrix({("table", "2"), ("traced", "5"), ("known", "2"), ("all", "5")},
+                   schedule=["table", "traced", "known", "all"], w=["2", "5"]),
+)  # fmt: skip
+def test_small_windows_keep_the_plan_and_the_gradient(schedule, w, monkeypatch):
+    w = int(w)
     """Large states get windows of fewer steps (`window.window_size`); the evaluations
     and the gradient must not depend on the window."""
     from odeckpt._checkpointing import checkpointed as _checkpointed

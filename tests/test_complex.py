@@ -365,7 +365,8 @@ def test_vmap_over_complex_states():
 
 @pytest.mark.parametrize(
     "solver",
-    [oc.Tsit5(), pytest.param(oc.Kvaerno5(), marks=pytest.mark.slow), oc.Rodas5P(),
+    [oc.Tsit5(), pytest.param(oc.Kvaerno5(), marks=pytest.mark.slow),
+     pytest.param(oc.Rodas5P(), marks=pytest.mark.slow),
      pytest.param(oc.Kvaerno4(), marks=pytest.mark.slow)],
     ids=["Tsit5", "Kvaerno5", "Rodas5P", "Kvaerno4"],
 )  # fmt: skip
