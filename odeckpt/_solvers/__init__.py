@@ -41,6 +41,7 @@ from .base import (
     AbstractStratonovichSolver as AbstractStratonovichSolver,
     AbstractWrappedSolver as AbstractWrappedSolver,
     StepOutput as StepOutput,
+    combine_stages as combine_stages,
 )
 from .dense import (
     DenseStep as DenseStep,
@@ -89,7 +90,6 @@ from .runge_kutta import (
     AbstractRungeKutta as AbstractRungeKutta,
     AbstractSDIRK as AbstractSDIRK,
     CalculateJacobian as CalculateJacobian,
-    combine_stages as combine_stages,
     weighted_stages as weighted_stages,
 )
 from .tableau import ButcherTableau as ButcherTableau

@@ -191,3 +191,21 @@ class AbstractWrappedSolver(AbstractSolver):
     classes answer true when they hold for the wrapped solver."""
 
     solver: eqx.AbstractVar[AbstractSolver]
+
+
+def combine_stages(y0: Y, dt, weights, ks) -> Y:
+    """`y0 + dt * sum_j weights[j] ks[j]`, per leaf in the leaf's dtype.
+
+    Zero weights (Python floats, known at trace time) are skipped, so no work is
+    traced for them; with no nonzero weight `y0` itself is returned. `ks` are PyTrees
+    like `y0`; `dt` is a scalar array.
+    """
+    terms = [(w, k) for w, k in zip(weights, ks, strict=False) if w != 0]
+    if not terms:
+        return y0
+
+    def leaf(y, *kl):
+        acc = sum(w * k for (w, _), k in zip(terms, kl, strict=True))
+        return y + dt.astype(y.dtype) * acc
+
+    return jax.tree.map(leaf, y0, *[k for _, k in terms])

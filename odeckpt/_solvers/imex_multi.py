@@ -22,7 +22,7 @@ import jax.numpy as jnp
 
 from odeckpt._terms import AbstractTerm
 
-from .base import StepOutput
+from .base import StepOutput, combine_stages
 from .dense import hermite_coeffs
 
 
@@ -108,19 +108,6 @@ def _padded_row(weights, length: int) -> list:
     return [float(w) for w in weights][:length] + [0.0] * max(0, length - len(weights))
 
 
-def _weighted(y0, dt, weights: list, ks: list):
-    """`y0 + dt sum_j weights[j] ks[j]` per leaf (zero weights skipped)."""
-    used = [(w, k) for w, k in zip(weights, ks, strict=True) if w != 0]
-    if not used:
-        return y0
-
-    def leaf(y, *kl):
-        acc = sum(w * k for (w, _), k in zip(used, kl, strict=True))
-        return y + dt.astype(y.dtype) * acc
-
-    return jax.tree.map(leaf, y0, *[k for _, k in used])
-
-
 def _parts(tableau, term) -> tuple:
     parts = term.parts()
     if len(parts) != len(tableau.tableaus):
@@ -150,7 +137,7 @@ def multi_step(tableau: MultiButcherTableau, term, t0, dt, y0, k0s, args, dense=
     y_stage = y0
     for i in range(1, tableau.stages):
         weights = [w for t in tabs for w in _padded_row(t.a[i], i)]
-        y_stage = _weighted(y0, dt, weights, [k for kp in ks for k in kp])
+        y_stage = combine_stages(y0, dt, weights, [k for kp in ks for k in kp])
         for part, t, kp in zip(parts, tabs, ks, strict=True):
             kp.append(part.vf(t0 + t.c[i] * dt, y_stage, args))
     flat = [k for kp in ks for k in kp]
@@ -158,12 +145,12 @@ def multi_step(tableau: MultiButcherTableau, term, t0, dt, y0, k0s, args, dense=
     if tableau.fsal:
         y1, k1s = y_stage, tuple(kp[-1] for kp in ks)
     else:
-        y1 = _weighted(y0, dt, [w for t in tabs for w in t.b], flat)
+        y1 = combine_stages(y0, dt, [w for t in tabs for w in t.b], flat)
         k1s = tuple(part.vf(t1, y1, args) for part in parts)
     y_error = None
     if all(t.b_err is not None for t in tabs):
         zero = jax.tree.map(lambda x: x * 0, y0)
-        y_error = _weighted(zero, dt, [w for t in tabs for w in t.b_err], flat)
+        y_error = combine_stages(zero, dt, [w for t in tabs for w in t.b_err], flat)
     coeffs = hermite_coeffs(y0, y1, _sum(k0s), _sum(k1s), dt) if dense else None
     return StepOutput(y1=y1, y_error=y_error, state=k1s, coeffs=coeffs)
 

@@ -10,9 +10,8 @@ from typing import final
 
 import jax.numpy as jnp
 
-from .base import AbstractSolver, StepOutput
+from .base import AbstractSolver, StepOutput, combine_stages
 from .dense import linear_coeffs
-from .runge_kutta import combine_stages
 
 
 @final
