@@ -25,6 +25,8 @@ be transposed: `jax.vjp` and `jax.linearize` trace alike, and `jax.linearize` (f
 mode) goes through it.
 """
 
+import functools as ft
+
 import equinox as eqx
 import jax
 
@@ -45,8 +47,10 @@ _REVERSE_OVER_REVERSE = (
 )
 
 
+@ft.cache
 def _tracer_types() -> tuple[type, type]:
-    """The tracer types `jax.jvp` and `jax.vjp` trace a function with."""
+    """The tracer types `jax.jvp` and `jax.vjp` trace a function with (found once: they
+    are JAX's classes, the same for every solve)."""
     seen = []
 
     def probe(x):
