@@ -26,11 +26,14 @@ References:
     "Learning neural event functions for ordinary differential equations", ICLR.
 """
 
+from typing import cast
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 
 from odeckpt._core import tree_add
+from odeckpt._integrator import EventRequest
 
 from .adjoint_ode import AdjointField
 from .sweep import Sweep
@@ -52,12 +55,16 @@ def _pairing(cotangent, tangent) -> jax.Array:
     return vjp_fn(cotangent)[0]
 
 
+def _scaled(c, tree):
+    return jax.tree.map(lambda x: (c * x).astype(x.dtype), tree)
+
+
 def _condition_pullback(field: AdjointField, split: EventSplit, i: int, tau, y, f):
     """`(gdot, (dg/dy, dg/dtheta, dg/d(event theta)))` of condition `i` at `(tau, y)`."""
 
     def g(tau, y, theta, event_theta):
-        args = eqx.combine(theta, field.static)[1]
-        event = eqx.combine(event_theta, split.static)
+        _, args = cast(tuple, eqx.combine(theta, field.static))
+        event = cast(EventRequest, eqx.combine(event_theta, split.static))
         return event.conds[i](tau, y, args)
 
     point = (y, field.theta, split.theta)
@@ -72,7 +79,7 @@ def event_jump(field: AdjointField, split: EventSplit, real: tuple, final, tbar,
     arrays the conditions close over (`split.theta`)."""
     tau, y = final.t, final.y
     f = field.vector_field(tau, y, field.theta)
-    total = (tbar + _pairing(sw.flow.a, f)).astype(tau.dtype)
+    total = tbar.astype(tau.dtype) + _pairing(sw.flow.a, f).astype(tau.dtype)
     a, g = sw.flow.a, sw.g
     event_ct = jax.tree.map(jnp.zeros_like, split.theta)
     for i, is_real in enumerate(real):
@@ -81,9 +88,8 @@ def event_jump(field: AdjointField, split: EventSplit, real: tuple, final, tbar,
         gdot, (dy, dtheta, devent) = _condition_pullback(field, split, i, tau, y, f)
         use = (final.event == i + 1) & (gdot != 0)
         coefficient = jnp.where(use, -total / jnp.where(use, gdot, 1), 0)
-        scaled = lambda tree, c=coefficient: jax.tree.map(lambda x: (c * x).astype(x.dtype), tree)  # noqa: E731
-        a, g = tree_add(a, scaled(dy)), tree_add(g, scaled(dtheta))
-        event_ct = tree_add(event_ct, scaled(devent))
+        a, g = tree_add(a, _scaled(coefficient, dy)), tree_add(g, _scaled(coefficient, dtheta))
+        event_ct = tree_add(event_ct, _scaled(coefficient, devent))
     flow = eqx.tree_at(lambda fl: fl.a, sw.flow, a)
     sw = eqx.tree_at(lambda s: (s.flow, s.g, s.fresh), sw, (flow, g, jnp.asarray(True)))
     return sw, event_ct

@@ -1,0 +1,259 @@
+"""Events under the continuous adjoints (`InterpolatingAdjoint`, `BacksolveAdjoint`):
+the adjoint ODE started at the event time with the event's jump term, against closed
+forms and against `CheckpointAdjoint`'s gradient of the same solve."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import odeckpt as oc
+
+TIGHT = oc.PIDController(rtol=1e-10, atol=1e-10)
+INTERPOLATING, BACKSOLVE = oc.InterpolatingAdjoint(), oc.BacksolveAdjoint()
+CONTINUOUS = [
+    pytest.param(INTERPOLATING, id="interpolating"),
+    pytest.param(BACKSOLVE, id="backsolve"),
+]
+
+
+def _ballistic(t, y, args):
+    h, v = y
+    return jnp.stack([v, -args[0] + 0 * v])
+
+
+def _fall(params, adjoint, dtype=jnp.float64, controller=TIGHT):
+    """`(t*, v(t*))` of a ball from height h0, velocity v0, under gravity g, hitting a
+    floor at height `floor_args + floor_closed` (one given in `args`, the other closed
+    over by the condition)."""
+    h0, v0, g, floor_args, floor_closed = (p.astype(dtype) for p in params)
+    event = oc.Event(lambda t, y, args, **kw: y[0] - args[1] - floor_closed)
+    y0, t0 = jnp.stack([h0, v0]), jnp.asarray(0.0, dtype)
+    sol = oc.diffeqsolve(_ballistic, oc.Tsit5(), t0, 10.0, 0.01, y0, (g, floor_args),
+                         event=event, stepsize_controller=controller,
+                         adjoint=adjoint)  # fmt: skip
+    return jnp.stack([sol.ts[0], sol.ys[0, 1]])
+
+
+def _fall_exact(params):
+    h0, v0, g, floor_args, floor_closed = params
+    drop = h0 - floor_args - floor_closed
+    t = (v0 + jnp.sqrt(v0**2 + 2 * g * drop)) / g
+    return jnp.stack([t, v0 - g * t])
+
+
+P = jnp.asarray([10.0, 2.0, 9.81, 0.0, 0.0])
+RAISED = jnp.asarray([10.0, 2.0, 9.81, 0.7, 0.4])  # the floor in `args` and in a closure
+
+
+@pytest.mark.parametrize(
+    "params",
+    [pytest.param(P, id="ground"), pytest.param(RAISED, id="floor", marks=pytest.mark.slow)],
+)
+@pytest.mark.parametrize("adjoint", CONTINUOUS)
+def test_ballistic_time_and_velocity_gradients(adjoint, params):
+    # d(t*, v(t*)) / d(h0, v0, g, floor in args, floor closed over by the condition)
+    got = jax.jacrev(_fall)(params, adjoint)
+    np.testing.assert_allclose(got, jax.jacrev(_fall_exact)(params), rtol=0, atol=1e-8)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("adjoint", CONTINUOUS)
+def test_ballistic_equals_checkpoint_adjoint(adjoint):
+    got = jax.jacrev(_fall)(RAISED, adjoint)
+    want = jax.jacrev(_fall)(RAISED, oc.CheckpointAdjoint())
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-10)
+
+
+def _decay_time(params, adjoint):
+    """The time `y' = -k y` from y0 falls to 1/4, after a few hundred fixed steps."""
+    y0, k = params
+    event = oc.Event(lambda t, y, args, **kw: y - 0.25)
+    sol = oc.diffeqsolve(lambda t, y, k: -k * y, oc.Tsit5(), 0.0, 5.0, 0.004, y0, k,
+                         event=event, adjoint=adjoint)  # fmt: skip
+    return sol.ts[0]
+
+
+@pytest.mark.parametrize(
+    "adjoint",
+    [
+        pytest.param(INTERPOLATING, id="interpolating", marks=pytest.mark.slow),
+        pytest.param(BACKSOLVE, id="backsolve"),
+        pytest.param(oc.InterpolatingAdjoint(checkpoints=5), id="interpolating-c5",
+                     marks=pytest.mark.slow),
+        pytest.param(oc.BacksolveAdjoint(checkpoints=3), id="backsolve-c3",
+                     marks=pytest.mark.slow),
+    ],
+)  # fmt: skip
+def test_decay_event_time_gradient(adjoint):
+    params = jnp.asarray([1.0, 1.0])
+    y0, k = params
+    want = [1 / (k * y0), -jnp.log(4 * y0) / k**2]  # t* = log(4 y0) / k
+    np.testing.assert_allclose(jax.grad(_decay_time)(params, adjoint), want, rtol=0, atol=1e-8)
+
+
+def _oscillator(t, y, w):
+    x, v = y
+    return jnp.stack([v, -(w**2) * x])
+
+
+def _zero_crossing(params, direction, adjoint):
+    """`(t*, v(t*))` where `x = x0 cos(w t)` first crosses zero in `direction`."""
+    x0, w = params
+    event = oc.Event(lambda t, y, args, **kw: y[0], direction=direction)
+    sol = oc.diffeqsolve(_oscillator, oc.Tsit5(), 0.0, 10.0, 0.01, jnp.stack([x0, 0.0]), w,
+                         event=event, stepsize_controller=TIGHT, adjoint=adjoint)  # fmt: skip
+    return jnp.stack([sol.ts[0], sol.ys[0, 1]])
+
+
+def _zero_crossing_exact(params, direction):
+    x0, w = params
+    quarters = 3 if direction else 1  # up through zero at 3 pi / 2, down at pi / 2
+    t = quarters * jnp.pi / (2 * w)
+    return jnp.stack([t, -x0 * w * jnp.sin(w * t)])
+
+
+@pytest.mark.parametrize(
+    "direction, adjoint",
+    [
+        pytest.param(True, BACKSOLVE, id="up-backsolve"),
+        pytest.param(False, BACKSOLVE, id="down-backsolve", marks=pytest.mark.slow),
+        pytest.param(True, INTERPOLATING, id="up-interpolating", marks=pytest.mark.slow),
+    ],
+)
+def test_direction(direction, adjoint):
+    params = jnp.asarray([1.3, 2.0])
+    got = jax.jacrev(_zero_crossing)(params, direction, adjoint)
+    want = jax.jacrev(_zero_crossing_exact)(params, direction)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-8)
+
+
+def _throw(params, adjoint):
+    """A ball thrown up from 10 m between a floor (0) and a ceiling (12 m), the two
+    conditions a dict: the one met first ends the solve."""
+    h0, v0, g = params
+    event = oc.Event(
+        {"floor": lambda t, y, a, **kw: y[0], "ceiling": lambda t, y, a, **kw: y[0] - 12.0}
+    )
+    sol = oc.diffeqsolve(_ballistic, oc.Tsit5(), 0.0, 10.0, 0.01, jnp.stack([h0, v0]), (g,),
+                         event=event, stepsize_controller=TIGHT, adjoint=adjoint)  # fmt: skip
+    return jnp.stack([sol.ts[0], sol.ys[0, 1]]), sol.event_mask
+
+
+def _throw_exact(params, ceiling: bool):
+    h0, v0, g = params
+    if ceiling:  # the first root of h0 + v0 t - g t^2 / 2 = 12
+        t = (v0 - jnp.sqrt(v0**2 - 2 * g * (12.0 - h0))) / g
+    else:
+        t = (v0 + jnp.sqrt(v0**2 + 2 * g * h0)) / g
+    return jnp.stack([t, v0 - g * t])
+
+
+@pytest.mark.parametrize(
+    "v0, adjoint",
+    [
+        pytest.param(10.0, BACKSOLVE, id="ceiling-backsolve"),
+        pytest.param(2.0, INTERPOLATING, id="floor-interpolating", marks=pytest.mark.slow),
+    ],
+)
+def test_only_the_condition_that_fired_contributes(v0, adjoint):
+    params = jnp.asarray([10.0, v0, 9.81])
+    got, mask = jax.jacrev(_throw, has_aux=True)(params, adjoint)
+    ceiling = v0 > 5  # it reaches 10 + v0^2 / 2g
+    assert bool(mask["ceiling"]) == ceiling and bool(mask["floor"]) != ceiling
+    want = jax.jacrev(_throw_exact)(params, ceiling)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-8)
+
+
+def _landing(h0, adjoint):
+    # Tsit5 integrates the quadratic exactly: loose tolerances, few steps.
+    loose = oc.PIDController(rtol=1e-3, atol=1e-3)
+    params = jnp.stack([h0, 0.0, 9.81, 0.0, 0.0])
+    return jnp.sum(_fall(params, adjoint, controller=loose))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("adjoint", CONTINUOUS)
+def test_vmap_over_heights(adjoint):
+    heights = jnp.asarray([1.0, 5.0, 20.0])  # each lands at its own time
+    values, grads = jax.vmap(jax.value_and_grad(_landing), (0, None))(heights, adjoint)
+    one = jax.jit(jax.value_and_grad(_landing), static_argnums=1)
+    single = [one(h, adjoint) for h in heights]
+    np.testing.assert_allclose(values, [v for v, _ in single], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(grads, [g for _, g in single], rtol=0, atol=1e-12)
+    exact = jax.vmap(jax.grad(lambda h: jnp.sum(_fall_exact(jnp.stack([h, 0, 9.81, 0, 0])))))
+    np.testing.assert_allclose(grads, exact(heights), rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize(
+    "adjoint", [pytest.param(INTERPOLATING, id="interpolating", marks=pytest.mark.slow), BACKSOLVE]
+)
+def test_float32_under_strict_promotion(adjoint):
+    loose = oc.PIDController(rtol=1e-6, atol=1e-6)
+    p32 = RAISED.astype(jnp.float32)
+    with jax.numpy_dtype_promotion("strict"):
+        got = jax.jacrev(_fall)(p32, adjoint, jnp.float32, loose)
+    assert got.dtype == jnp.float32
+    np.testing.assert_allclose(got, jax.jacrev(_fall_exact)(RAISED), rtol=1e-4, atol=1e-5)
+
+
+def _backwards(params, adjoint):
+    """`y' = -k y` from `y(0) = y0` backwards in time until `y = 4`:
+    `t* = log(y0 / 4) / k` (negative), `y(t*) = 4` whatever `y0` and `k`."""
+    event = oc.Event(lambda t, y, args, **kw: y - 4.0)
+    y0, k = params
+    sol = oc.diffeqsolve(lambda t, y, k: -k * y, oc.Tsit5(), 0.0, -jnp.inf, -0.01, y0, k,
+                         event=event, stepsize_controller=TIGHT, adjoint=adjoint)  # fmt: skip
+    return jnp.stack([sol.ts[0], sol.ys[0]])
+
+
+@pytest.mark.parametrize(
+    "adjoint", [pytest.param(INTERPOLATING, id="interpolating", marks=pytest.mark.slow), BACKSOLVE]
+)
+def test_backwards_in_time(adjoint):
+    params = jnp.asarray([1.0, 1.5])
+    y0, k = params
+    got = jax.jacrev(_backwards)(params, adjoint)
+    want = [[1 / (k * y0), -jnp.log(y0 / 4) / k**2], [0.0, 0.0]]
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-8)
+
+
+def _observed(params, adjoint, event):
+    """A damped nonlinear pendulum observed at save times before the event, at every
+    step and at the event: a loss of all of them."""
+    theta0, damping = params
+
+    def pendulum(t, y, args):
+        angle, speed = y
+        return jnp.stack([speed, -jnp.sin(angle) - args * speed])
+
+    ts = jnp.asarray([0.3, 0.9, 1.7, 50.0])  # the last one after the event: inf
+    sol = oc.diffeqsolve(pendulum, oc.Tsit5(), 0.0, 60.0, 0.01, jnp.stack([theta0, 0.0]),
+                         damping, event=event, stepsize_controller=TIGHT, adjoint=adjoint,
+                         saveat=oc.SaveAt(ts=ts, steps=True, t1=True), max_steps=256)  # fmt: skip
+    finite = jnp.isfinite(sol.ts)
+    weights = jnp.where(finite, jnp.linspace(0.5, 1.5, sol.ts.shape[0]), 0.0)
+    ys = jnp.where(finite[:, None], sol.ys, 0.0)
+    return jnp.sum(weights * jnp.where(finite, sol.ts, 0.0)) + jnp.sum(weights[:, None] * ys**2)
+
+
+SWING = oc.Event(lambda t, y, args, **kw: y[0] + 0.5, direction=False)  # past -0.5 rad
+SLOW = oc.Event(lambda t, y, args, **kw: jnp.abs(y[1]) < 0.05)  # boolean: at a step end
+
+
+@pytest.mark.parametrize(
+    "event, adjoint",
+    [
+        pytest.param(SWING, BACKSOLVE, id="real-backsolve", marks=pytest.mark.slow),
+        pytest.param(SWING, INTERPOLATING, id="real-interpolating", marks=pytest.mark.slow),
+        pytest.param(SLOW, INTERPOLATING, id="boolean-interpolating", marks=pytest.mark.slow),
+        pytest.param(SLOW, BACKSOLVE, id="boolean-backsolve"),
+    ],
+)
+def test_every_output_equals_checkpoint_adjoint(event, adjoint):
+    # Save times before the event (an ordinary jump of the adjoint), one after it (inf,
+    # no cotangent), every step (the last at the event: its time moves), the t1 row.
+    params = jnp.asarray([1.2, 0.3])
+    got = jax.grad(_observed)(params, adjoint, event)
+    want = jax.grad(_observed)(params, oc.CheckpointAdjoint(), event)
+    np.testing.assert_allclose(got, want, rtol=1e-7)
