@@ -223,7 +223,7 @@ def _compiled_versions(roots: dict[str, Path | None]) -> dict[str, dict]:
 
 
 def run(quick: bool) -> Section:
-    budget = 3.0 if quick else 12.0
+    budget = 6.0 if quick else 15.0
     revisions = _revisions()
     with tempfile.TemporaryDirectory() as tmp:
         roots = {v: _export(sha, Path(tmp) / v.replace(" ", "_")) for v, sha in revisions.items()}

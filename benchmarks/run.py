@@ -67,7 +67,7 @@ REGISTRY = {
 # reversible_adjoint (1091 s in quick mode at load average 14); evaluations (about 70
 # gradients compiled, a few seconds each idle); floor (four gradients compiled twice,
 # timed and counted, 20 s of samples per problem); events_unused (15 programs compiled,
-# three versions of five, and 12 s of samples per row).
+# three versions of five, and 15 s of samples per row).
 FULL_LIMIT_SECONDS = 55 * 60
 FULL_BUDGET_SECONDS = {
     "forward": 180,
