@@ -186,15 +186,20 @@ def test_vmap_over_heights(adjoint):
 
 
 @pytest.mark.parametrize(
-    "adjoint", [pytest.param(INTERPOLATING, id="interpolating", marks=pytest.mark.slow), BACKSOLVE]
+    "adjoint",
+    [
+        pytest.param(INTERPOLATING, id="interpolating", marks=pytest.mark.slow),
+        pytest.param(BACKSOLVE, id="backsolve"),
+    ],
 )
 def test_float32_under_strict_promotion(adjoint):
     loose = oc.PIDController(rtol=1e-6, atol=1e-6)
     p32 = RAISED.astype(jnp.float32)
     with jax.numpy_dtype_promotion("strict"):
-        got = jax.jacrev(_fall)(p32, adjoint, jnp.float32, loose)
+        got = jax.grad(lambda p: jnp.sum(_fall(p, adjoint, jnp.float32, loose)))(p32)
     assert got.dtype == jnp.float32
-    np.testing.assert_allclose(got, jax.jacrev(_fall_exact)(RAISED), rtol=1e-4, atol=1e-5)
+    want = jax.grad(lambda p: jnp.sum(_fall_exact(p)))(RAISED)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
 def _backwards(params, adjoint):
@@ -208,7 +213,11 @@ def _backwards(params, adjoint):
 
 
 @pytest.mark.parametrize(
-    "adjoint", [pytest.param(INTERPOLATING, id="interpolating", marks=pytest.mark.slow), BACKSOLVE]
+    "adjoint",
+    [
+        pytest.param(INTERPOLATING, id="interpolating", marks=pytest.mark.slow),
+        pytest.param(BACKSOLVE, id="backsolve"),
+    ],
 )
 def test_backwards_in_time(adjoint):
     params = jnp.asarray([1.0, 1.5])
@@ -247,7 +256,7 @@ SLOW = oc.Event(lambda t, y, args, **kw: jnp.abs(y[1]) < 0.05)  # boolean: at a 
         pytest.param(SWING, BACKSOLVE, id="real-backsolve", marks=pytest.mark.slow),
         pytest.param(SWING, INTERPOLATING, id="real-interpolating", marks=pytest.mark.slow),
         pytest.param(SLOW, INTERPOLATING, id="boolean-interpolating", marks=pytest.mark.slow),
-        pytest.param(SLOW, BACKSOLVE, id="boolean-backsolve"),
+        pytest.param(SLOW, BACKSOLVE, id="boolean-backsolve", marks=pytest.mark.slow),
     ],
 )
 def test_every_output_equals_checkpoint_adjoint(event, adjoint):
@@ -256,4 +265,69 @@ def test_every_output_equals_checkpoint_adjoint(event, adjoint):
     params = jnp.asarray([1.2, 0.3])
     got = jax.grad(_observed)(params, adjoint, event)
     want = jax.grad(_observed)(params, oc.CheckpointAdjoint(), event)
+    np.testing.assert_allclose(got, want, rtol=1e-7)
+
+
+def _fall_saved(params, adjoint):
+    """A loss of every kind of output: the ballistic fall saved at `t = 0.5` (before
+    the impact), at `t = 5` (after it: inf) and at every step (the last at the impact,
+    its time included)."""
+    h0, v0, g = params
+    sol = oc.diffeqsolve(_ballistic, oc.Tsit5(), 0.0, 10.0, 0.01, jnp.stack([h0, v0]), (g,),
+                         event=oc.Event(lambda t, y, args, **kw: y[0]), adjoint=adjoint,
+                         saveat=oc.SaveAt(ts=jnp.asarray([0.5, 5.0]), steps=True),
+                         stepsize_controller=TIGHT, max_steps=64)  # fmt: skip
+    finite = jnp.isfinite(sol.ts)
+    last = jnp.arange(sol.ts.shape[0]) == jnp.sum(finite) - 1  # the step at the impact
+    at_half = sol.ts == 0.5
+    ys = jnp.where(finite[:, None], sol.ys, 0.0)
+    impact = jnp.sum(jnp.where(last, jnp.where(finite, sol.ts, 0.0) + 2 * ys[:, 1], 0.0))
+    return impact + jnp.sum(jnp.where(at_half, 0.3 * ys[:, 0] + 0.7 * ys[:, 1], 0.0))
+
+
+def _fall_saved_exact(params):
+    h0, v0, g = params
+    t, v = _fall_exact(jnp.stack([h0, v0, g, 0.0, 0.0]))
+    return t + 2 * v + 0.3 * (h0 + 0.5 * v0 - g / 8) + 0.7 * (v0 - g / 2)
+
+
+@pytest.mark.parametrize(
+    "adjoint",
+    [
+        pytest.param(INTERPOLATING, id="interpolating", marks=pytest.mark.slow),
+        pytest.param(BACKSOLVE, id="backsolve"),
+    ],
+)
+def test_step_rows_and_save_times_around_the_event(adjoint):
+    params = jnp.asarray([10.0, 2.0, 9.81])
+    got = jax.grad(_fall_saved)(params, adjoint)
+    np.testing.assert_allclose(got, jax.grad(_fall_saved_exact)(params), rtol=0, atol=1e-8)
+
+
+def _threshold(params, adjoint):
+    """`y' = -k y` under an adaptive controller until the boolean `y < 0.3` holds at a
+    step's end: `(t* + y(t*), t*)`."""
+    y0, k = params
+    sol = oc.diffeqsolve(lambda t, y, k: -k * y, oc.Tsit5(), 0.0, 10.0, 0.1, y0, k,
+                         event=oc.Event(lambda t, y, a, **kw: y < 0.3), adjoint=adjoint,
+                         stepsize_controller=oc.PIDController(rtol=1e-8, atol=1e-8))  # fmt: skip
+    return sol.ts[0] + sol.ys[0], sol.ts[0]
+
+
+@pytest.mark.parametrize(
+    "adjoint",
+    [
+        pytest.param(INTERPOLATING, id="interpolating", marks=pytest.mark.slow),
+        pytest.param(BACKSOLVE, id="backsolve"),
+        pytest.param(oc.CheckpointAdjoint(), id="checkpoint", marks=pytest.mark.slow),
+    ],
+)
+def test_boolean_event_time_is_a_fixed_step_end(adjoint):
+    # The step grid does not move with y0 or k (the controller's decisions are not
+    # differentiated), so only y(t*) = y0 exp(-k t*) at that fixed time does.
+    params = jnp.asarray([1.0, 0.7])
+    got, t_end = jax.grad(_threshold, has_aux=True)(params, adjoint)
+    y0, k = params
+    assert y0 * jnp.exp(-k * t_end) < 0.3 < y0 * jnp.exp(-k * (t_end - 0.05))  # a step's end
+    want = [jnp.exp(-k * t_end), -t_end * y0 * jnp.exp(-k * t_end)]
     np.testing.assert_allclose(got, want, rtol=1e-7)
