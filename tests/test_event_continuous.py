@@ -331,3 +331,40 @@ def test_boolean_event_time_is_a_fixed_step_end(adjoint):
     assert y0 * jnp.exp(-k * t_end) < 0.3 < y0 * jnp.exp(-k * (t_end - 0.05))  # a step's end
     want = [jnp.exp(-k * t_end), -t_end * y0 * jnp.exp(-k * t_end)]
     np.testing.assert_allclose(got, want, rtol=1e-7)
+
+
+def _fall_observed(params, adjoint):
+    """The last step row of `SaveAt(steps=True, fn=t v)`: `t* v(t*)`, backwards in time
+    (the ball's fall run from the impact back up: `t -> -t`)."""
+    h0, v0, g = params
+
+    def up(t, y, args):  # the ballistic field in time -t
+        return jnp.stack([-y[1], args[0] + 0 * y[1]])
+
+    saveat = oc.SaveAt(steps=True, fn=lambda t, y, args: t * y[1])
+    sol = oc.diffeqsolve(up, oc.Tsit5(), 0.0, -10.0, -0.01, jnp.stack([h0, v0]), (g,),
+                         event=oc.Event(lambda t, y, args, **kw: y[0]), adjoint=adjoint,
+                         saveat=saveat, stepsize_controller=TIGHT, max_steps=64)  # fmt: skip
+    last = jnp.arange(sol.ys.shape[0]) == jnp.sum(jnp.isfinite(sol.ts)) - 1
+    return jnp.sum(jnp.where(last, sol.ys, 0.0))
+
+
+@pytest.mark.parametrize(
+    "adjoint",
+    [
+        pytest.param(INTERPOLATING, id="interpolating", marks=pytest.mark.slow),
+        pytest.param(BACKSOLVE, id="backsolve"),
+    ],
+)
+def test_a_step_row_of_fn_moves_with_the_event_time(adjoint):
+    # In time s = -t the state is the fall's at t = -s: the impact at s* = -t*, where
+    # fn = s* v(s*) = -t* v(t*).
+    params = jnp.asarray([10.0, 2.0, 9.81])
+
+    def exact(p):
+        t, v = _fall_exact(jnp.stack([*p, 0.0, 0.0]))
+        return -t * v
+
+    got = jax.grad(_fall_observed)(params, adjoint)
+    np.testing.assert_allclose(_fall_observed(params, adjoint), exact(params), atol=1e-9)
+    np.testing.assert_allclose(got, jax.grad(exact)(params), rtol=0, atol=1e-8)

@@ -138,7 +138,8 @@ def _vjp_backward_pass(
     ct_event = None
     if problem.event is not None:  # the jump term at t*, on `a` with every mark there
         events = EventSplit(*eqx.partition(problem.event, p_problem.event))
-        sw, ct_event = event_jump(field, events, problem.event.real, out.state, cts.t, sw)
+        t_end = cts.t + saved.t_end  # pyright: ignore[reportOptionalOperand]
+        sw, ct_event = event_jump(field, events, problem.event.real, out.state, t_end, sw)
     inputs = SweepInputs(
         tape=tape, plan=plan, problem=problem, solver=integrator.solver,
         num_accepted=out.state.num_accepted,
