@@ -368,3 +368,28 @@ def test_a_step_row_of_fn_moves_with_the_event_time(adjoint):
     got = jax.grad(_fall_observed)(params, adjoint)
     np.testing.assert_allclose(_fall_observed(params, adjoint), exact(params), atol=1e-9)
     np.testing.assert_allclose(got, jax.grad(exact)(params), rtol=0, atol=1e-8)
+
+
+def _after_event(params, adjoint):
+    """The state at the event of a first solve, then integrated further by a second
+    (the setting of diffrax's issue 729), the first under `adjoint`."""
+    y0, k = params
+    event = oc.Event(lambda t, y, args, **kw: y[0] - 0.5)
+    f = lambda t, y, k: jnp.stack([-k * y[0], y[0]])  # noqa: E731
+    first = oc.diffeqsolve(f, oc.Tsit5(), 0.0, 10.0, 0.05, jnp.stack([y0, 0.0]), k, event=event,
+                           adjoint=adjoint, stepsize_controller=TIGHT)  # fmt: skip
+    t_event, y_event = first.ts[0], first.ys[0]
+    second = oc.diffeqsolve(f, oc.Tsit5(), t_event, t_event + 1.0, 0.05, y_event, k)
+    return second.ys[0, 1] + t_event
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("adjoint", CONTINUOUS)
+def test_gradient_after_the_event_matches_finite_differences(adjoint):
+    params = jnp.asarray([1.3, 0.8])
+    got = jax.grad(_after_event)(params, adjoint)
+    eps, value = 1e-6, jax.jit(jax.vmap(lambda p: _after_event(p, oc.CheckpointAdjoint())))
+    shifts = jnp.concatenate([params[None] + eps * jnp.eye(2), params[None] - eps * jnp.eye(2)])
+    ups_downs = value(shifts)
+    fd = (ups_downs[:2] - ups_downs[2:]) / (2 * eps)
+    np.testing.assert_allclose(got, fd, rtol=1e-6)
