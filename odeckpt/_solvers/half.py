@@ -46,9 +46,6 @@ class HalfSolver(AbstractAdaptiveSolver, AbstractWrappedSolver):
     def evals_per_step(self) -> int:
         return 3 * self.solver.evals_per_step
 
-    def init(self, term, t0, y0, args):
-        return self.solver.init(term, t0, y0, args)
-
     @property
     def carries_first_stage(self) -> bool:
         return self.solver.carries_first_stage
