@@ -119,6 +119,25 @@ def test_half_solver_gradient_is_that_of_its_discretisation(adjoint):
     np.testing.assert_allclose(derivative, exact, rtol=1e-13)
 
 
+@pytest.mark.parametrize("adjoint", [oc.InterpolatingAdjoint(), oc.BacksolveAdjoint()])
+@pytest.mark.parametrize("t1", [2.0, -2.0])
+def test_half_solver_under_continuous_adjoints(adjoint, t1):
+    # The adjoint ODE runs with the wrapped method; y(t1) = y0 exp(-a t1), so
+    # d y(t1) / d(y0, a) = (exp(-a t1), -t1 y0 exp(-a t1)), to the solve's tolerance.
+    controller = oc.PIDController(rtol=1e-9, atol=1e-9)
+
+    def final(y0, a):
+        sol = oc.diffeqsolve(lambda t, y, a: -a * y, oc.HalfSolver(oc.Tsit5()), 0.0, t1,
+                             0.1 * jnp.sign(t1), y0, a, adjoint=adjoint,
+                             stepsize_controller=controller)  # fmt: skip
+        return sol.ys[-1]
+
+    y0, a = jnp.asarray(1.5), jnp.asarray(0.7)
+    grads = jax.grad(final, argnums=(0, 1))(y0, a)
+    decay = np.exp(-0.7 * t1)
+    np.testing.assert_allclose(grads, (decay, -t1 * 1.5 * decay), rtol=1e-6)
+
+
 # --------------------------------------------------------------------------------------
 # diffrax's keyword arguments
 # --------------------------------------------------------------------------------------

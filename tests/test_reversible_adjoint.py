@@ -8,6 +8,8 @@ float64), `ForwardMode()`, closed forms (the decay `y0 exp(-k t)`; linear system
 the matrix exponential and its Fréchet derivative) and XLA's compiled memory analysis.
 """
 
+import functools as ft
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -195,6 +197,64 @@ def test_inverse_step_undoes_the_step():
         y, z = solver.reverse_step(term, t0, dt, out.y1, out.state, jnp.asarray(1.0))
         np.testing.assert_allclose(y, y0, rtol=1e-14, atol=1e-14)
         np.testing.assert_allclose(z, z0, rtol=1e-14, atol=1e-14)
+
+
+@pytest.mark.parametrize("dense", [False, True])
+def test_linearised_inverse_is_the_step_and_its_vjp(dense):
+    """`linearised_reverse_step` gives `reverse_step`'s `(y0, z0)`, and a step that
+    returns `step`'s output from there with `jax.vjp(step)`'s pullback, without
+    evaluating it again."""
+    term = oc.ODETerm(_van_der_pol)
+    t0, dt, mu = jnp.asarray(0.3), jnp.asarray(0.2), jnp.asarray(1.3)
+    y0, z0 = jnp.asarray([1.0, -0.5]), jnp.asarray([1.01, -0.48])
+    solver = oc.Reversible(oc.Dopri5(), coupling=0.9)
+    out = solver.step(term, t0, dt, y0, z0, mu, dense=dense)
+    y, z, known = solver.linearised_reverse_step(term, t0, dt, out.y1, out.state, mu, dense)
+    np.testing.assert_allclose(y, y0, rtol=1e-14, atol=1e-14)
+    np.testing.assert_allclose(z, z0, rtol=1e-14, atol=1e-14)
+
+    def step(step_solver, t0, dt, y0, z0, mu):
+        out = step_solver.step(term, t0, dt, y0, z0, mu, dense=dense)
+        return out.y1, out.y_error, out.state, out.coeffs
+
+    ours, pull = jax.vjp(ft.partial(step, known), t0, dt, y, z, mu)
+    theirs, pull_exact = jax.vjp(ft.partial(step, solver), t0, dt, y0, z0, mu)
+    for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-14)
+    leaves, treedef = jax.tree.flatten(ours)
+    keys = jr.split(jr.PRNGKey(0), len(leaves))
+    ct = treedef.unflatten([jr.normal(k, x.shape) for x, k in zip(leaves, keys, strict=True)])
+    for a, b in zip(pull(ct), pull_exact(ct), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-12)
+
+
+def test_backward_pass_evaluates_each_step_once():
+    """The inverse's evaluations are the linearisation's too: the gradient evaluates the
+    vector field twice per step (forwards, and once backwards), as a checkpointed
+    gradient that stores every step does."""
+    calls = [0]
+
+    def field(t, y, a):
+        jax.debug.callback(lambda: calls.__setitem__(0, calls[0] + 1))
+        return -a * y + jnp.sin(t)
+
+    def evaluations(fn, *args):
+        fn(*args)  # compile
+        calls[0] = 0
+        jax.block_until_ready(fn(*args))
+        return calls[0]
+
+    def loss(a, adjoint):
+        sol = oc.diffeqsolve(field, oc.Reversible(oc.Tsit5()), 0.0, 1.0, 0.05, jnp.ones(3), a,
+                             adjoint=adjoint, max_steps=20)  # fmt: skip
+        return jnp.sum(sol.ys**2)
+
+    a = jnp.asarray(0.5)
+    forward = evaluations(jax.jit(ft.partial(loss, adjoint=oc.ReversibleAdjoint())), a)
+    reversible = evaluations(jax.jit(jax.grad(ft.partial(loss, adjoint=oc.ReversibleAdjoint()))), a)
+    stored = evaluations(jax.jit(jax.grad(ft.partial(loss, adjoint=oc.CheckpointAdjoint(20)))), a)
+    assert forward > 0
+    assert reversible == stored == 2 * forward
 
 
 def _damped(damping):

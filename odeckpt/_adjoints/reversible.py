@@ -76,9 +76,12 @@ class ReversibleAdjoint(AbstractAdjoint):
             state's dtype (1.5e-8 in float64, 3.5e-4 in float32).
         throw: `None` follows `diffeqsolve(throw=...)`.
 
-    Cost: the forward solve plus, per step, its inverse (one step's evaluations) and
-    one VJP of the step (a re-evaluation and its transpose): about 3 forward solves in
-    all, whatever the number of steps. Memory: two solver states (the one in hand and
+    Cost: the forward solve plus, per step, its inverse, linearised as it is evaluated
+    (`Reversible`'s inverse evaluates the step's own two base steps at the same points),
+    and the transpose of that linearisation: two evaluations of each step in all, as a
+    checkpointed gradient storing every step, whatever the number of steps (a reversible
+    solver without `linearised_reverse_step`, e.g. `ReversibleHeun`, evaluates the step
+    once more to linearise it). Memory: two solver states (the one in hand and
     its cotangent) and `max_steps` rows of two times; the outputs' buffers as for every
     adjoint.
 

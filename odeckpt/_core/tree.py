@@ -39,10 +39,12 @@ def tree_add(a, b):
 
 def materialize(ct, like):
     """A cotangent with its `None` leaves (symbolic zeros) replaced by zeros shaped like
-    the matching leaves of `like`."""
-    return jax.tree.map(
-        lambda c, x: jnp.zeros_like(x) if c is None else c, ct, like, is_leaf=lambda c: c is None
-    )
+    the matching leaves of `like` (`None` where `like` has `None` too)."""
+
+    def leaf(c, x):
+        return (None if x is None else jnp.zeros_like(x)) if c is None else c
+
+    return jax.tree.map(leaf, ct, like, is_leaf=lambda c: c is None)
 
 
 def as_arrays(tree):

@@ -129,8 +129,10 @@ class Integrator(eqx.Module):
         With recorded `decisions` the step is replayed: their values are used
         (derivatives still flow through the recomputed `t_next`)."""
         t0, dt = state.t, state.t_next - state.t
-        out = self.solver.step(problem.term, t0, dt, state.y, state.solver_state, problem.args,
-                               dense=self.evaluates_dense)  # fmt: skip
+        known = None if decisions is None else decisions.known
+        solver = self.solver if known is None else known
+        out = solver.step(problem.term, t0, dt, state.y, state.solver_state, problem.args,
+                          dense=self.evaluates_dense)  # fmt: skip
         if decisions is not None and _light_replay(problem, state):
             return self._replayed(problem, state, decisions, out)
         error_order = self.solver.error_order(problem.term)
@@ -264,19 +266,28 @@ class Integrator(eqx.Module):
         solver, t, t_next = self.solver, times[0], times[1]
         assert isinstance(solver, AbstractReversibleSolver)
         accepted = new.t != t
+        known = None
+        linearised = solver.linearised_reverse_step(problem.term, t, t_next - t, new.y,
+                                                    new.solver_state, problem.args,
+                                                    self.evaluates_dense)  # fmt: skip
+        if linearised is not None:  # the replay reuses the inverse's evaluations
+            y, k, known = linearised
+            y, k = _select(accepted, y, new.y), _select(accepted, k, new.solver_state)
+        else:
 
-        def undone(problem, t, t_next, y, k):  # `problem` an operand: it may be traced
-            return solver.reverse_step(problem.term, t, t_next - t, y, k, problem.args)
+            def undone(problem, t, t_next, y, k):  # `problem` an operand: it may be traced
+                return solver.reverse_step(problem.term, t, t_next - t, y, k, problem.args)
 
-        kept = lambda problem, t, t_next, y, k: (y, k)  # noqa: E731
-        y, k = batch_cond(accepted, undone, kept, problem, t, t_next, new.y, new.solver_state)
+            kept = lambda problem, t, t_next, y, k: (y, k)  # noqa: E731
+            y, k = batch_cond(accepted, undone, kept, problem, t, t_next, new.y,
+                              new.solver_state)  # fmt: skip
         step = accepted.astype(jnp.int32)
         event = None if problem.event is None else 0
         counts = pack_counts(new.num_accepted - step, new.num_rejected - (1 - step),
                              RESULTS.successful, False, event)  # fmt: skip
         state = State(t=t, t_next=t_next, y=y, solver_state=k, controller=new.controller,
                       counts=counts)  # fmt: skip
-        return state, RecordedDecisions(accepted, new.t_next)
+        return state, RecordedDecisions(accepted, new.t_next, known)
 
     def body(self) -> LoopBody:
         return LoopBody(

@@ -4,6 +4,8 @@ records for a replay, and what it hands to the output writers.
 All times are the solver's internal time, which always increases.
 """
 
+from typing import Any
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -109,10 +111,13 @@ class RecordedDecisions(eqx.Module):
     """A step's decisions, recorded in the forward pass and imposed when the step is
     replayed (recomputed): floating-point reassociation in a recomputation must not
     move the time grid (the error estimate amplifies ulp differences) or flip
-    accept/reject."""
+    accept/reject. `known`: the step itself, already evaluated and linearised where a
+    reversible solver's inverse evaluated it (a `LinearisedStep`, which the replay
+    takes instead of the solver), or `None`."""
 
     accepted: jax.Array
     t_next: jax.Array
+    known: Any = None
 
 
 class Record(eqx.Module):

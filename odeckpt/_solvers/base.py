@@ -158,6 +158,17 @@ class AbstractReversibleSolver(AbstractSolver):
         """The inverse of `step(term, t0, dt, ...)`: `(y0, solver_state0)` from the
         state `(y1, solver_state)` at `t0 + dt`."""
 
+    def linearised_reverse_step(
+        self, term, t0, dt, y1, solver_state, args, dense: bool
+    ) -> "tuple[Y, PyTree, AbstractSolver] | None":
+        """`reverse_step`, and the step it undoes, linearised where the inverse
+        evaluated it: `(y0, solver_state0, step)` with `step` a `LinearisedStep` that
+        replays `step(term, t0, dt, y0, solver_state0, args, dense)` without evaluating
+        it again. `None` (the default): the solver has no such inverse, and a replay
+        evaluates the step."""
+        del term, t0, dt, y1, solver_state, args, dense
+        return None
+
 
 class AbstractAdaptiveSolver(AbstractSolver):
     """A solver with an error estimate (`StepOutput.y_error`), so that an adaptive
@@ -191,6 +202,9 @@ class AbstractWrappedSolver(AbstractSolver):
     classes answer true when they hold for the wrapped solver."""
 
     solver: eqx.AbstractVar[AbstractSolver]
+
+    def init(self, term, t0, y0, args):
+        return self.solver.init(term, t0, y0, args)
 
 
 def combine_stages(y0: Y, dt, weights, ks) -> Y:

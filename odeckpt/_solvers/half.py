@@ -19,6 +19,8 @@ class HalfSolver(AbstractAdaptiveSolver, AbstractWrappedSolver):
     `PIDController`. `isinstance` checks answer for the wrapped solver too (a
     `HalfSolver(Kvaerno5())` is an `AbstractImplicitSolver`). Dense output is the full
     step's (as in diffrax), so between steps it is as accurate as the wrapped solver's.
+    `InterpolatingAdjoint` and `BacksolveAdjoint` integrate the adjoint ODE with the
+    wrapped solver's method (or their own `solver=`).
 
     Args:
         solver: the solver to wrap.
@@ -43,9 +45,6 @@ class HalfSolver(AbstractAdaptiveSolver, AbstractWrappedSolver):
     @property
     def evals_per_step(self) -> int:
         return 3 * self.solver.evals_per_step
-
-    def init(self, term, t0, y0, args):
-        return self.solver.init(term, t0, y0, args)
 
     @property
     def carries_first_stage(self) -> bool:

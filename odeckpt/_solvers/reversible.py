@@ -6,8 +6,10 @@ References:
     ODEs", arXiv:2410.11648 (the reversible method and its coupling parameter).
 """
 
+from collections.abc import Callable
 from typing import final
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 
@@ -17,6 +19,7 @@ from .base import (
     AbstractWrappedSolver,
     StepOutput,
 )
+from .linearised import LinearisedStep
 from .runge_kutta import AbstractERK
 
 
@@ -62,6 +65,70 @@ def _error(base_error, y0, z0, y1, z1):
         return jnp.abs(e) + jnp.abs((a1 - b1) - (a0 - b0))
 
     return jax.tree.map(leaf, base_error, y0, z0, y1, z1)
+
+
+def _linearised_base(solver: AbstractERK, term, t0, dt, y0, args, dense: bool):
+    """A base step from `(t0, y0)` and its VJP: `((y1, y_error, coeffs), pullback)`,
+    the pullback giving the cotangents of `(term, t0, dt, y0, args)`."""
+
+    def base(term, t0, dt, y0, args):
+        out = _base_step(solver, term, t0, dt, y0, args, dense)
+        return out.y1, out.y_error, out.coeffs
+
+    return eqx.filter_vjp(base, term, t0, dt, y0, args)
+
+
+def _tree_sum(*trees):
+    return jax.tree.map(lambda *xs: sum(xs), *trees)
+
+
+class _StepPullback(eqx.Module):
+    """The VJP of `Reversible.step` from `(y0, z0)`, assembled from the VJPs of its two
+    base steps (`from_y`: `Psi_{-h}` at `(t1, y1)`; `from_z`: `Psi_h` at `(t0, z0)`)
+    and of the elementwise maps between them. Called with the cotangent of the step's
+    `StepOutput`; returns those of `(term, t0, dt, y0, z0, args)`."""
+
+    coupling: float = eqx.field(static=True)
+    from_y: Callable
+    from_z: Callable
+    states: tuple  # (y0, z0, y1, z1)
+    y_error: object  # the base step's error estimate from `y1`
+    z_error: object  # the base step's error estimate from `z0` (no cotangent reaches it)
+    coeffs: object  # the base step's dense coefficients from `z0` (or None)
+
+    def __call__(self, ct: StepOutput):
+        y0, z0, y1, z1 = self.states
+        ct_y1, ct_z1 = ct.y1, ct.state
+        ct_y0 = jax.tree.map(jnp.zeros_like, y0)
+        ct_coeffs = None
+        if self.coeffs is not None:  # coeffs = _shifted_dense(coeffs, y0, y1)
+            pull = jax.vjp(_shifted_dense, self.coeffs, y0, y1)[1]
+            ct_coeffs, ct_y0, d_y1 = pull(ct.coeffs)
+            ct_y1 = _tree_sum(ct_y1, d_y1)
+        # error = _error(e, y0, z0, y1, z1)
+        ct_e, d_y0, ct_z0, d_y1, d_z1 = jax.vjp(_error, self.y_error, *self.states)[1](ct.y_error)
+        ct_y0, ct_y1, ct_z1 = _tree_sum(ct_y0, d_y0), _tree_sum(ct_y1, d_y1), _tree_sum(ct_z1, d_z1)
+        # z1 = y1 + z0 - Psi_{-h}(t1, y1)
+        ct_z0 = _tree_sum(ct_z0, ct_z1)
+        neg = jax.tree.map(jnp.negative, ct_z1)
+        term_y, t1_y, mdt_y, d_y1, args_y = self.from_y((neg, ct_e, None))
+        ct_y1 = _tree_sum(ct_y1, ct_z1, d_y1)
+        # y1 = coupling (y0 - z0) + Psi_h(t0, z0)
+        scaled = jax.tree.map(lambda x: self.coupling * x, ct_y1)
+        ct_y0 = _tree_sum(ct_y0, scaled)
+        ct_z0 = jax.tree.map(jnp.subtract, ct_z0, scaled)
+        no_error = jax.tree.map(jnp.zeros_like, self.z_error)
+        term_z, t0_z, dt_z, d_z0, args_z = self.from_z((ct_y1, no_error, ct_coeffs))
+        ct_z0 = _tree_sum(ct_z0, d_z0)
+        ct_t0 = _optional_sum(t1_y, t0_z)
+        ct_dt = _optional_sum(t1_y, None if mdt_y is None else -mdt_y, dt_z)
+        return (_tree_sum(term_y, term_z), ct_t0, ct_dt, ct_y0, ct_z0, _tree_sum(args_y, args_z))
+
+
+def _optional_sum(*xs):
+    """The sum of the cotangents that are not `None` (`None` if all are)."""
+    present = [x for x in xs if x is not None]
+    return sum(present) if present else None
 
 
 @final
@@ -161,6 +228,22 @@ class Reversible(AbstractAdaptiveSolver, AbstractReversibleSolver):
         z1 = _plus_minus(y1, z0, from_y.y1)
         coeffs = None if from_z.coeffs is None else _shifted_dense(from_z.coeffs, y0, y1)
         return StepOutput(y1, _error(from_y.y_error, y0, z0, y1, z1), z1, coeffs)
+
+    def linearised_reverse_step(self, term, t0, dt, y1, solver_state, args, dense: bool):
+        """`reverse_step`, linearising its two base steps: they are the ones the step
+        from `(y0, z0)` takes, at the same points, so the replay needs none."""
+        z1 = solver_state
+        (a_y, a_error, _), from_y = _linearised_base(self.solver, term, t0 + dt, -dt, y1,
+                                                     args, False)  # fmt: skip
+        z0 = _plus_minus(z1, a_y, y1)
+        (b_y, b_error, b_coeffs), from_z = _linearised_base(self.solver, term, t0, dt, z0,
+                                                            args, dense)  # fmt: skip
+        y0 = _uncoupled(self.coupling, y1, b_y, z0)
+        coeffs = None if b_coeffs is None else _shifted_dense(b_coeffs, y0, y1)
+        output = StepOutput(y1, _error(a_error, y0, z0, y1, z1), z1, coeffs)
+        pullback = _StepPullback(self.coupling, from_y, from_z, (y0, z0, y1, z1), a_error,
+                                 b_error, b_coeffs)  # fmt: skip
+        return y0, z0, LinearisedStep(self, output, pullback)
 
     def reverse_step(self, term, t0, dt, y1, solver_state, args):
         """`(y0, z0)` from `(y1, z1)`: undoes `step(term, t0, dt, ...)` up to round-off."""

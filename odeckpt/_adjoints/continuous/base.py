@@ -31,7 +31,7 @@ from odeckpt._solvers import AbstractAdaptiveSolver, AbstractExplicitSolver
 from .adjoint_ode import AdjointField
 from .sweep import Sweep, SweepContext
 from .tape import TapePlan
-from .vjp import SweepInputs, continuous_loop
+from .vjp import SweepInputs, continuous_loop, sweep_solver
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -101,7 +101,7 @@ class AbstractContinuousAdjoint(AbstractAdjoint):
                 "(`max_steps=None` works with `ForwardMode()`, and with `CheckpointAdjoint()` "
                 "for a solve that is not differentiated in reverse mode)."
             )
-        solver = self.solver or integrator.solver
+        solver = sweep_solver(self.solver, integrator.solver)
         if not isinstance(solver, AbstractExplicitSolver):
             raise ValueError(
                 f"`{name}` solves the adjoint ODE with an explicit Runge–Kutta method; "

@@ -25,7 +25,7 @@ from odeckpt._checkpointing import LoopOutput, forward_loop
 from odeckpt._controllers import ControllerState
 from odeckpt._core import RESULTS, Y, all_finite, as_arrays, materialize, real_dtype, tree_add
 from odeckpt._integrator import Integrator, Problem, State
-from odeckpt._solvers import AbstractExplicitSolver, AbstractSolver
+from odeckpt._solvers import AbstractExplicitSolver, AbstractSolver, AbstractWrappedSolver
 
 from .adjoint_ode import AdjointField, Flow, Slopes, stability_limit
 from .event_jump import EventSplit, event_jump
@@ -131,7 +131,7 @@ def _vjp_backward_pass(
     values = (integrator.outputs(out.buffers), integrator.outputs(tape.saved_y, of_state=True))
     saved = saved_pullback(integrator, problem, state0, out.state, values, cts.subs, split,
                            adjoint.integrates_y())  # fmt: skip
-    solver = adjoint.solver or integrator.solver
+    solver = sweep_solver(adjoint.solver, integrator.solver)
     ctx = _context(adjoint, solver, fwd, saved, max_steps)
     field = AdjointField(theta, static, None)
     sw = arrive(ctx, _initial_sweep(adjoint, ctx, field, fwd, cts))
@@ -199,6 +199,16 @@ def _end_time_cotangent(grad_obj, fwd: ForwardPass) -> jax.Array:
         times, ct_times = sub.steps[0], materialize(ct.steps[0], sub.steps[0])
         total = total + jnp.sum(jnp.where(times == end, ct_times, 0)).astype(end.dtype)
     return total
+
+
+def sweep_solver(chosen: AbstractSolver | None, forward: AbstractSolver) -> AbstractSolver:
+    """The method the adjoint ODE is integrated with: the adjoint's own `solver`, else the
+    forward solver; a wrapped solver's own method (`HalfSolver(Tsit5())` gives `Tsit5()`:
+    its step-doubling estimate is for the forward steps, which the sweep follows)."""
+    solver = chosen or forward
+    while isinstance(solver, AbstractWrappedSolver):
+        solver = solver.solver
+    return solver
 
 
 def _anchor_tolerances(problem: Problem, dtype):
