@@ -12,8 +12,9 @@ process, interleaved (ratios of samples taken back to back, so machine load canc
 - the gradient of `t* + v(t*)` (with the event; `v(t*)` alone without, t* being
   fixed there) with respect to h0, under each library's default reverse mode.
 
-A solve without `event=` traces no event code at all (`Problem.event is None` skips it
-at trace time), so its forward and gradient times are those of a build without events.
+A solve without `event=` traces no event code in its loop (`Problem.event is None`
+skips it at trace time); `bench_events_unused.py` measures it against odeckpt from
+before events.
 """
 
 import diffrax as dfx

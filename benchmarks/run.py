@@ -45,6 +45,7 @@ REGISTRY = {
     "xla_cpu": "bench_xla_cpu",
     "reversible": "bench_reversible",
     "events": "bench_events",
+    "events_unused": "bench_events_unused",
     "evaluations": "bench_evaluations",
     "floor": "bench_floor",
     "reversible_adjoint": "bench_reversible_adjoint",
@@ -65,7 +66,8 @@ REGISTRY = {
 # 676-855 s, imex 377 s, reversible 112 s, events about 120 s. Added 2026-12-02:
 # reversible_adjoint (1091 s in quick mode at load average 14); evaluations (about 70
 # gradients compiled, a few seconds each idle); floor (four gradients compiled twice,
-# timed and counted, 20 s of samples per problem).
+# timed and counted, 20 s of samples per problem); events_unused (15 programs compiled,
+# three versions of five, and 15 s of samples per row).
 FULL_LIMIT_SECONDS = 55 * 60
 FULL_BUDGET_SECONDS = {
     "forward": 180,
@@ -79,6 +81,7 @@ FULL_BUDGET_SECONDS = {
     "xla_cpu": 120,
     "reversible": 90,
     "events": 120,
+    "events_unused": 120,
     "evaluations": 300,
     "floor": 120,
     "reversible_adjoint": 300,

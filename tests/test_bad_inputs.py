@@ -386,6 +386,13 @@ ADJOINTS = [
                                          stepsize_controller=oc.ClipStepSizeController(
                                              oc.ConstantStepSize(), jump_ts=[0.45]),
                                          adjoint=oc.BacksolveAdjoint()).ys.sum(), Y0)),
+    Case("`BacksolveAdjoint()` of `ReversibleHeun` with an event", "ValueError",
+         "`BacksolveAdjoint()` reconstructs the states of ReversibleHeun backwards with its "
+         "inverse step, which cannot undo the step an `Event` cut short. Use "
+         "`CheckpointAdjoint()`, or `BacksolveAdjoint(solver=Tsit5())` for the continuous "
+         "adjoint.",
+         lambda: _solve(solver=oc.ReversibleHeun(), event=oc.Event(_cond),
+                        adjoint=oc.BacksolveAdjoint())),
     Case("`BacksolveAdjoint()` of `ReversibleHeun`, reconstruction drifted",
          "equinox.EquinoxRuntimeError",
          "`BacksolveAdjoint()`: reconstructing the forward states of ReversibleHeun backwards "
@@ -496,10 +503,12 @@ EVENTS = [
          "`Event(cond_fn=...)` conditions must return a real floating or boolean scalar; "
          "condition 1 returned int32[]. Reduce or cast it.",
          lambda: _solve(event=oc.Event([_cond, lambda t, y, args, **kw: jnp.int32(1)]))),
-    Case("event with a continuous adjoint", "ValueError",
-         "`BacksolveAdjoint` does not differentiate event times: use `CheckpointAdjoint()` "
-         "(reverse mode) or `ForwardMode()` with `event=...`.",
-         lambda: _solve(event=oc.Event(_cond), adjoint=oc.BacksolveAdjoint())),
+    Case("event with `ReversibleAdjoint()`", "ValueError",
+         "`ReversibleAdjoint` does not differentiate event times: use `CheckpointAdjoint()`, "
+         "`InterpolatingAdjoint(solver=Tsit5())` or `BacksolveAdjoint(solver=Tsit5())` "
+         "(reverse mode), or `ForwardMode()`, with `event=...`.",
+         lambda: _solve(event=oc.Event(_cond), solver=oc.ReversibleHeun(),
+                        adjoint=oc.ReversibleAdjoint())),
     Case("traced NaN `t1` with an event", "equinox.EquinoxRuntimeError",
          "`t1` must not be NaN. (checked at run time)",
          lambda: _jit(lambda t1: _solve(t1=t1, event=oc.Event(_cond)).ys, jnp.asarray(jnp.nan))),

@@ -262,10 +262,3 @@ def test_crossing_located_to_a_few_ulp(root):
     below, above = cond(sol.evaluate(t - ulps)), cond(sol.evaluate(t + ulps))
     assert below < 0 < above
     np.testing.assert_allclose(t, root, rtol=1e-14)
-
-
-@pytest.mark.parametrize("adjoint", [oc.BacksolveAdjoint(), oc.InterpolatingAdjoint()])
-def test_continuous_adjoints_refuse_events(adjoint):
-    with pytest.raises(ValueError, match="does not differentiate event times: use"):
-        oc.diffeqsolve(_ramp, oc.Tsit5(), 0.0, 5.0, 0.5, 0.0, adjoint=adjoint,
-                       event=oc.Event(_height_of_ramp))  # fmt: skip

@@ -18,13 +18,19 @@ def reconstructing_loop(
     """`reversible_loop` over the integrator's steps, their inverse from the solver's
     `reverse_step`: what `ReversibleAdjoint()` and `BacksolveAdjoint()` of a
     reversible solver run. `name` and `instead` (the alternatives to suggest) word the
-    refusal of jumps of the vector field; `message` and `tolerance`: see
+    refusals of jumps of the vector field and of events; `message` and `tolerance`: see
     `Integrator.inverse`."""
     if problem.controller.jump_times is not None:
         raise ValueError(
             f"`{name}` reconstructs the states of {type(integrator.solver).__name__} "
             "backwards with its inverse step, which cannot cross a jump of the vector "
             f"field (`jump_ts`: the solver restarts there). Use {instead}."
+        )
+    if problem.event is not None:
+        raise ValueError(
+            f"`{name}` reconstructs the states of {type(integrator.solver).__name__} "
+            "backwards with its inverse step, which cannot undo the step an `Event` cut "
+            f"short. Use {instead}."
         )
     inverse = integrator.inverse(message, tolerance)
     return reversible_loop(integrator.body(), inverse, problem, state0, max_steps)

@@ -253,7 +253,9 @@ def check_event(event, adjoint, t0, y0, args, kwargs: dict) -> tuple[bool, ...]:
     if not adjoint.supports_events:
         raise ValueError(
             f"`{type(adjoint).__name__}` does not differentiate event times: use "
-            "`CheckpointAdjoint()` (reverse mode) or `ForwardMode()` with `event=...`."
+            "`CheckpointAdjoint()`, `InterpolatingAdjoint(solver=Tsit5())` or "
+            "`BacksolveAdjoint(solver=Tsit5())` (reverse mode), or `ForwardMode()`, with "
+            "`event=...`."
         )
     call = lambda c: lambda t, y, a: jnp.asarray(c(t, y, a, **kwargs))  # noqa: E731
     outs = [eqx.filter_eval_shape(call(c), t0, y0, args) for c in event.conditions]

@@ -64,11 +64,6 @@ class AbstractContinuousAdjoint(AbstractAdjoint):
                 f"forward pass's accepted step times; got {type(controller).__name__}."
             )
 
-    @property
-    def supports_events(self) -> bool:
-        """No: the adjoint ODE would need the event's jump term at `t*`."""
-        return False
-
     def with_throw(self, throw: bool) -> "AbstractContinuousAdjoint":
         """This adjoint, taking `throw` from `diffeqsolve` unless it sets its own."""
         if self.throw is not None:

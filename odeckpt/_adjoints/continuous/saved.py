@@ -37,11 +37,15 @@ class SavedPullback(eqx.Module):
         marks: one `Marks` per kind of row of each `SubSaveAt`.
         g: their cotangent of `theta` through the `fn`s (added to the sweep's `g`).
         saves: their cotangent of `Problem.saves` (the arrays the `fn`s hold).
+        t_end: the cotangent of the time the solve ended through the `fn`s' own time
+            argument, at step rows saved there (which move with it when an `Event`
+            ended the solve; earlier step rows and save times do not move).
     """
 
     marks: list
     g: object
     saves: object
+    t_end: jax.Array
 
 
 class _MarkedRows(eqx.Module):
@@ -52,6 +56,7 @@ class _MarkedRows(eqx.Module):
     hi: jax.Array
     y: Y  # the forward `y` at each row (the buffer itself when `fn` is `save_y`)
     ct: Y | None  # the rows' cotangents, or None
+    steps: bool = eqx.field(static=True, default=False)  # step rows (else save times)
 
 
 def saved_pullback(
@@ -76,17 +81,21 @@ def saved_pullback(
     theta, static, saves_theta, saves_static = split
     marks, g = [], jax.tree.map(jnp.zeros_like, theta)
     ct_saves = jax.tree.map(jnp.zeros_like, saves_theta)
+    t_end = jnp.zeros((), final.t.dtype)
     for k, layout in enumerate(integrator.saves):
         for rows in _rows(k, layout, problem, state0, final, values, cts[k]):
             jump = rows.ct
             if rows.ct is not None and not layout.saves_y:
-                jump, dg, dsaves = _through_fn(k, rows, final, split)
+                ct_times, jump, dg, dsaves = _through_fn(k, rows, final, split)
                 g, ct_saves = tree_add(g, dg), tree_add(ct_saves, dsaves)
+                if rows.steps:
+                    at_end = rows.times == final.t
+                    t_end = t_end + jnp.sum(jnp.where(at_end, ct_times, 0)).astype(t_end.dtype)
             elif rows.ct is not None:
                 jump = materialize(rows.ct, rows.y)
             anchor = rows.y if anchors else None
             marks.append(Marks(rows.times, rows.lo, rows.hi, jump, anchor))
-    return SavedPullback(marks, g, ct_saves)
+    return SavedPullback(marks, g, ct_saves, t_end)
 
 
 def _rows(k: int, layout: SaveLayout, problem, state0, final, values, ct: SavedCotangents):
@@ -103,15 +112,15 @@ def _rows(k: int, layout: SaveLayout, problem, state0, final, values, ct: SavedC
         step_ts, _ = own.steps
         zero = jnp.asarray(0, jnp.int32)
         out.append(_MarkedRows(step_ts, zero, final.num_accepted // layout.steps, source.steps[1],
-                         ct.steps))  # fmt: skip
+                               ct.steps, steps=True))  # fmt: skip
     return out
 
 
 def _through_fn(k: int, rows: _MarkedRows, final: State, split: tuple):
-    """`(jump, g, saves)`: the rows' cotangents pulled back through `fn` (one VJP of
-    `fn` over every row): per row with respect to `y`, summed over the rows with
-    respect to `theta` and to the arrays `fn` holds. Rows not written are read at the
-    final `y` with a zero cotangent."""
+    """`(times, jump, g, saves)`: the rows' cotangents pulled back through `fn` (one VJP
+    of `fn` over every row): per row with respect to its time and `y`, summed over the
+    rows with respect to `theta` and to the arrays `fn` holds. Rows not written are
+    read at the final `y` with a zero cotangent."""
     theta, static, saves_theta, saves_static = split
     index = jnp.arange(rows.times.shape[0], dtype=jnp.int32)
     valid = (index >= rows.lo) & (index < rows.hi)
@@ -123,11 +132,11 @@ def _through_fn(k: int, rows: _MarkedRows, final: State, split: tuple):
     y = jax.tree.map(masked, rows.y, final.y)
     times = jnp.where(valid, rows.times, final.t)
 
-    def observed(y, theta, saves_theta):
+    def observed(times, y, theta, saves_theta):
         args = eqx.combine(theta, static)[1]
         fn = eqx.combine(saves_theta, saves_static)[k].fn
         return jax.vmap(lambda t, y: fn(t, y, args))(times, y)
 
-    out, vjp_fn = jax.vjp(observed, y, theta, saves_theta)
+    out, vjp_fn = jax.vjp(observed, times, y, theta, saves_theta)
     ct = jax.tree.map(lambda c: masked(c, jnp.zeros_like(c)), materialize(rows.ct, out))
     return vjp_fn(ct)

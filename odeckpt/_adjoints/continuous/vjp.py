@@ -28,6 +28,7 @@ from odeckpt._integrator import Integrator, Problem, State
 from odeckpt._solvers import AbstractExplicitSolver, AbstractSolver, AbstractWrappedSolver
 
 from .adjoint_ode import AdjointField, Flow, Slopes, stability_limit
+from .event_jump import EventSplit, event_jump
 from .saved import SavedCotangents, SavedPullback, saved_pullback
 from .sweep import Marks, Sweep, SweepContext, arrive
 from .tape import Tape, TapePlan, taped_loop
@@ -49,11 +50,14 @@ class OutputCotangents(eqx.Module):
         y: of the final `y` (zeros where the cotangent is symbolically zero).
         k: of the final solver state, or `None` (zero).
         subs: of each `SubSaveAt`'s rows.
+        t: with an `Event`, of the time the solve ended (`t*`: the final time and the
+            time of a step row saved there); `None` without one.
     """
 
     y: Y
     k: PyTree | None
     subs: tuple[SavedCotangents, ...]
+    t: jax.Array | None = None
 
 
 class ForwardPass(eqx.Module):
@@ -131,6 +135,11 @@ def _vjp_backward_pass(
     ctx = _context(adjoint, solver, fwd, saved, max_steps)
     field = AdjointField(theta, static, None)
     sw = arrive(ctx, _initial_sweep(adjoint, ctx, field, fwd, cts))
+    ct_event = None
+    if problem.event is not None:  # the jump term at t*, on `a` with every mark there
+        events = EventSplit(*eqx.partition(problem.event, p_problem.event))
+        t_end = cts.t + saved.t_end  # pyright: ignore[reportOptionalOperand]
+        sw, ct_event = event_jump(field, events, problem.event.real, out.state, t_end, sw)
     inputs = SweepInputs(
         tape=tape, plan=plan, problem=problem, solver=integrator.solver,
         num_accepted=out.state.num_accepted,
@@ -138,7 +147,7 @@ def _vjp_backward_pass(
     sw = adjoint.sweep(ctx, field, sw, inputs)
     sw = eqx.tree_at(lambda s: s.g, sw, tree_add(sw.g, saved.g))
     ct_y0, g = _checked(sw, adjoint, max_steps)
-    return _cotangent_tree(vjp_arg, ct_y0, g, saved.saves)
+    return _cotangent_tree(vjp_arg, ct_y0, g, saved.saves, ct_event)
 
 
 # ----------------------------------------------------------------------------------
@@ -159,6 +168,7 @@ def _output_cotangents(grad_obj, fwd: ForwardPass, name: str) -> OutputCotangent
             "times you need with `SaveAt(ts=...)`."
         )
     final = grad_obj.state
+    t = None if fwd.problem.event is None else _end_time_cotangent(grad_obj, fwd)
     subs = tuple(
         SavedCotangents(
             ts=None if _is_zero(sub.ts) else sub.ts,
@@ -172,7 +182,23 @@ def _output_cotangents(grad_obj, fwd: ForwardPass, name: str) -> OutputCotangent
         if _is_zero(final.solver_state)
         else materialize(final.solver_state, out.state.solver_state),
         subs=subs,
+        t=t,
     )
+
+
+def _end_time_cotangent(grad_obj, fwd: ForwardPass) -> jax.Array:
+    """The cotangent of the time the solve ended: of the final time, and of the step
+    rows saved there (`SaveAt(steps=...)`; earlier step times do not move with `y0` or
+    `args`)."""
+    end = fwd.out.state.t
+    total = materialize(grad_obj.state.t, end)
+    saved = fwd.integrator.outputs(fwd.out.buffers).subs
+    for sub, ct in zip(saved, fwd.integrator.outputs(grad_obj.buffers).subs, strict=True):
+        if sub.steps is None or ct.steps is None or _is_zero(ct.steps[0]):
+            continue
+        times, ct_times = sub.steps[0], materialize(ct.steps[0], sub.steps[0])
+        total = total + jnp.sum(jnp.where(times == end, ct_times, 0)).astype(end.dtype)
+    return total
 
 
 def sweep_solver(chosen: AbstractSolver | None, forward: AbstractSolver) -> AbstractSolver:
@@ -298,10 +324,13 @@ def _checked(sw: Sweep, adjoint, max_steps: int):
     return ct_y0, g
 
 
-def _cotangent_tree(vjp_arg, ct_y0, g, ct_saves):
-    """Cotangents shaped like `(problem, state0)`: only `y0`, `term`, `args` and the
-    arrays of the saved outputs' `fn`s nonzero."""
+def _cotangent_tree(vjp_arg, ct_y0, g, ct_saves, ct_event=None):
+    """Cotangents shaped like `(problem, state0)`: only `y0`, `term`, `args`, the
+    arrays of the saved outputs' `fn`s and of the event's conditions nonzero."""
     is_none = lambda x: x is None  # noqa: E731
     nothing = jax.tree.map(lambda _: None, vjp_arg)
     where = lambda ct: (ct[0].term, ct[0].args, ct[0].saves, ct[1].y)  # noqa: E731
-    return eqx.tree_at(where, nothing, (*g, ct_saves, ct_y0), is_leaf=is_none)
+    tree = eqx.tree_at(where, nothing, (*g, ct_saves, ct_y0), is_leaf=is_none)
+    if ct_event is None:
+        return tree
+    return eqx.tree_at(lambda ct: ct[0].event, tree, ct_event, is_leaf=is_none)
