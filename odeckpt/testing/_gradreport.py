@@ -145,7 +145,8 @@ class GradReport:
 
     def __str__(self) -> str:
         head = (
-            f"{type(self).__name__} ({self.mode}, {self.ad}-mode analytic, Richardson order {self.order}, "
+            f"{type(self).__name__} ({self.mode}, {self.ad}-mode analytic, "
+            f"Richardson order {self.order}, "
             f"{self.num_evaluations} evaluations): f(x) = {self.value:.9g}: "
             + ("PASSED" if self.passed else "FAILED")
         )
@@ -196,4 +197,3 @@ class HessianReport(GradReport):
     """
 
     quantity = "Hessian"
-

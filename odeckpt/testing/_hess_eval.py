@@ -18,7 +18,7 @@ from jax import lax
 from odeckpt._core import promoted_dtype
 
 from . import _fd
-from ._fd_eval import RawLeaf, _along, _entry_points, _host, _stack
+from ._fd_eval import RawLeaf, at_entry, directions, entry_points, host
 from ._fd_target import Target
 
 
@@ -35,33 +35,18 @@ def _gradient(scalar_fn, ad):
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2))
-def _full_program(scalar_fn, ad, batch_size, leaves, leaf_id, index, values):
+def _hessian_program(scalar_fn, ad, batch_size, leaves, leaf_id, index, values):
     """`f(x)`, the Hessian (columns of every leaf, `(N, n_k)` each), and the gradient at
     each point `leaves[leaf_id[j]].ravel()[index[j]] = values[j]`."""
     gradient = _gradient(scalar_fn, ad)
-
-    def setter(k):
-        def set_entry(i, v):
-            new = leaves[k].ravel().at[i].set(v.astype(leaves[k].dtype)).reshape(leaves[k].shape)
-            return [*leaves[:k], new, *leaves[k + 1 :]]
-
-        return set_entry
-
-    branches = [setter(k) for k in range(len(leaves))]
-
-    def one(kiv):
-        k, i, v = kiv
-        new = branches[0](i, v) if len(branches) == 1 else lax.switch(k, branches, i, v)
-        return gradient(new)
-
-    g = lax.map(one, (leaf_id, index, values), batch_size=batch_size)
+    g = lax.map(at_entry(gradient, leaves), (leaf_id, index, values), batch_size=batch_size)
     columns = jax.jacfwd(gradient)(leaves)  # jax.hessian's blocks, rows flattened
     columns = [c.reshape(c.shape[0], -1) for c in columns]
     return scalar_fn(leaves), columns, g
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2))
-def _directional_program(scalar_fn, ad, batch_size, leaves, points, tangents):
+def _hvp_program(scalar_fn, ad, batch_size, leaves, points, tangents):
     """`f(x)`, the Hessian-vector products along `tangents`, and the gradient at each
     stacked point."""
     gradient = _gradient(scalar_fn, ad)
@@ -90,7 +75,7 @@ def full_hessian(target: Target, ad: str, order: int, scale, batch_size):
     leaves, eps = target.leaves, _hessian_eps(target)
     xs = [np.asarray(leaf, np.float64).ravel() for leaf in leaves]
     points = [
-        _entry_points(x, leaf.dtype, target.eps(leaf), order, scale)
+        entry_points(x, leaf.dtype, target.eps(leaf), order, scale)
         for x, leaf in zip(xs, leaves, strict=True)
     ]
     leaf_id = np.concatenate([np.full(p.size, k) for k, p in enumerate(points)])
@@ -98,17 +83,17 @@ def full_hessian(target: Target, ad: str, order: int, scale, batch_size):
         [np.broadcast_to(np.arange(p.shape[-1]), p.shape).ravel() for p in points]
     )
     values = jnp.asarray(np.concatenate([p.ravel() for p in points]), promoted_dtype(*leaves))
-    value, columns, g = _full_program(
+    value, columns, g = _hessian_program(
         target.scalar_fn, ad, batch_size, leaves, jnp.asarray(leaf_id, jnp.int32),
         jnp.asarray(index, jnp.int32), values,
     )  # fmt: skip
-    g_split = np.split(_host(g), np.cumsum([p.size for p in points])[:-1])
+    g_split = np.split(host(g), np.cumsum([p.size for p in points])[:-1])
     blocks: dict[tuple[int, int], RawLeaf] = {}
     for k, (p, gk, column) in enumerate(zip(points, g_split, columns, strict=True)):
         n_k = p.shape[-1]
         gk = np.swapaxes(gk.reshape(*p.shape, -1), -1, -2)  # (2, levels, N, n_k)
         delta = (p[0] - p[1])[:, None, :]  # (levels, 1, n_k)
-        column = _host(column)  # (N, n_k)
+        column = host(column)  # (N, n_k)
         est = _fd.extrapolate(
             gk[0].reshape(p.shape[1], -1), gk[1].reshape(p.shape[1], -1),
             (column * delta).reshape(p.shape[1], -1),
@@ -116,16 +101,16 @@ def full_hessian(target: Target, ad: str, order: int, scale, batch_size):
         )  # fmt: skip
         parts = zip(*(_split_rows(a.reshape(-1, n_k).T, target) for a in
                       (column.ravel(), est.residual, est.error)), strict=True)  # fmt: skip
-        for l, (analytic, residual, error) in enumerate(parts):
+        for row, (analytic, residual, error) in enumerate(parts):
             analytic, residual, error = (a.T.ravel() for a in (analytic, residual, error))
-            blocks[l, k] = RawLeaf(
-                f"H[{target.paths[l]}, {target.paths[k]}]",
-                (*leaves[l].shape, *leaves[k].shape),
-                str(promoted_dtype(leaves[l], leaves[k])), analytic, analytic + residual,
+            blocks[row, k] = RawLeaf(
+                f"H[{target.paths[row]}, {target.paths[k]}]",
+                (*leaves[row].shape, *leaves[k].shape),
+                str(promoted_dtype(leaves[row], leaves[k])), analytic, analytic + residual,
                 error, eps,
             )  # fmt: skip
     n = len(leaves)
-    return float(value), [blocks[l, k] for l in range(n) for k in range(n)], int(g.shape[0])
+    return float(value), [blocks[row, k] for row in range(n) for k in range(n)], int(g.shape[0])
 
 
 def directional_hessian(
@@ -137,21 +122,12 @@ def directional_hessian(
         `(f(x), [RawLeaf per leaf of H v], number of gradient evaluations)`.
     """
     leaves, n, eps = target.leaves, num_directions, _hessian_eps(target)
-    xs = [np.asarray(leaf, np.float64) for leaf in leaves]
-    dirs = [
-        _fd.round_to(_fd.magnitude(x, scale) * rng.standard_normal((n, *x.shape)), leaf.dtype)
-        for x, leaf in zip(xs, leaves, strict=True)
-    ]
-    t = _fd.smallest_step(eps) * _fd.ladder(order)
-    plus = [_along(x, d, t, leaf.dtype) for x, d, leaf in zip(xs, dirs, leaves, strict=True)]
-    minus = [_along(x, d, -t, leaf.dtype) for x, d, leaf in zip(xs, dirs, leaves, strict=True)]
-    tangents = [p - m for p, m in zip(plus, minus, strict=True)]  # (levels, n, *shape), exact
-    points = [_stack(leaf, p, m) for leaf, p, m in zip(leaves, plus, minus, strict=True)]
-    along = [_stack(*z) for z in zip(leaves, dirs, tangents, strict=True)]
-    value, hvps, g = _directional_program(
-        target.scalar_fn, ad, batch_size, leaves, points, along
+    d = directions(leaves, n, eps, order, rng, scale)
+    value, hvps, g = _hvp_program(
+        target.scalar_fn, ad, batch_size, leaves, d.points, d.tangent_stack(leaves)
     )
-    g, hvps = _host(g).reshape(2, t.size, n, -1), _host(hvps)
+    t = d.t
+    g, hvps = host(g).reshape(2, t.size, n, -1), host(hvps)
     nominal, predicted = hvps[:n], hvps[n:].reshape(t.size, n, -1)
     delta = np.broadcast_to(2 * t[:, None, None], predicted.shape)
     levels = t.size
@@ -165,11 +141,14 @@ def directional_hessian(
     )
     raw = [
         RawLeaf(
-            f"Hv[{path}]", (n, *leaf.shape), str(leaf.dtype), analytic.ravel(),
-            (analytic + residual).ravel(), error.ravel(), eps,
-        )  # fmt: skip
-        for path, leaf, (analytic, residual, error) in zip(
-            target.paths, leaves, parts, strict=True
+            f"Hv[{path}]",
+            (n, *leaf.shape),
+            str(leaf.dtype),
+            analytic.ravel(),
+            (analytic + residual).ravel(),
+            error.ravel(),
+            eps,
         )
+        for path, leaf, (analytic, residual, error) in zip(target.paths, leaves, parts, strict=True)
     ]
     return float(value), raw, int(g.size // g.shape[-1])
