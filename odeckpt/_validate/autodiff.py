@@ -128,7 +128,9 @@ def _untransposable(message: str):
     # JAX's JVP of `linear_call` passes a symbolic zero tangent on (forward over
     # forward fails), so the tangent of this identity is itself again.
     no_transpose = jax.custom_jvp(lambda tree: linear_call(lambda _, t: t, refuse, (), tree))
-    no_transpose.defjvp(lambda primals, tangents: (no_transpose(*primals), no_transpose(*tangents)))
+    _ = no_transpose.defjvp(
+        lambda primals, tangents: (no_transpose(*primals), no_transpose(*tangents))
+    )
     guard = jax.custom_jvp(lambda tree: tree)
 
     @guard.defjvp
