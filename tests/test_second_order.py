@@ -377,3 +377,44 @@ def test_reversible_adjoint_hessian_is_checkpointed_one():
     np.testing.assert_allclose(h, ref, rtol=1e-10)
     with pytest.raises(ValueError, match="ForwardMode"):
         jax.jvp(_decay_loss(oc.ReversibleAdjoint(), solver), (0.5,), (1.0,))
+
+
+# ----------------------------------------------------------------------------------
+# `odeckpt.hvp`
+
+
+def test_hvp_of_a_pytree_is_jax_hessian_times_v():
+    def f(p, scale):
+        return scale * jnp.sum(jnp.sin(p["a"]) * p["b"][0] ** 2) + jnp.sum(p["a"] ** 3)
+
+    p = {"a": jnp.asarray([0.3, -1.2, 0.8]), "b": jnp.asarray([[0.5], [1.5]])}
+    v = {"a": jnp.asarray([1.0, 0.5, -2.0]), "b": jnp.asarray([[0.3], [-0.4]])}
+    got = jax.jit(lambda p, v: oc.hvp(f, p, v, 1.5))(p, v)
+    hessian = jax.jit(jax.hessian(f))(p, 1.5)
+    for row in p:
+        exact = sum(jnp.tensordot(hessian[row][col], v[col], axes=v[col].ndim) for col in p)
+        np.testing.assert_allclose(got[row], exact, rtol=1e-14)
+
+
+@pytest.mark.slow
+def test_hvp_is_the_hessian_times_v():
+    """Through a checkpointed solve, with a PyTree `x` and undifferentiated `args`."""
+    adjoint = oc.CheckpointAdjoint(checkpoints=4)
+
+    def loss(p, scale):
+        x = jnp.concatenate([p["y0"], p["a"].ravel()])
+        return scale * _quadratic(*_outputs(_solve(x, oc.Tsit5(), adjoint, SAVEATS["ts"]())))
+
+    p = {"y0": jnp.asarray(Y0), "a": jnp.asarray(A)}
+    v = {"y0": jnp.asarray([0.3, -1.0]), "a": jnp.asarray([[0.5, 0.2], [-0.7, 1.1]])}
+    got = oc.hvp(loss, p, v, 2.0)
+    flat_v = np.concatenate([v["y0"], np.ravel(v["a"])])
+    exact = 2.0 * np.asarray(jax.hessian(_closed_form(TS))(jnp.asarray(X))) @ flat_v
+    flat_got = np.concatenate([got["y0"], np.ravel(got["a"])])
+    np.testing.assert_allclose(flat_got, exact, rtol=0, atol=REL * np.max(np.abs(exact)))
+
+
+def test_hvp_casts_v_to_the_dtypes_of_x():
+    got = oc.hvp(lambda x: jnp.sum(x**3), jnp.asarray([1.0, 2.0]), jnp.ones(2, jnp.float32))
+    assert got.dtype == jnp.float64
+    np.testing.assert_allclose(got, [6.0, 12.0], rtol=1e-15)

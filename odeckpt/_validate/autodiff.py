@@ -141,3 +141,21 @@ def _untransposable(message: str):
         return primals[0], no_transpose(tangent)
 
     return guard
+
+
+def check_hvp_tangent(x, v):
+    """`v` cast to the dtypes of `x`, after checking that it is a tangent at `x` (the
+    same PyTree structure and shapes), for `odeckpt.hvp`."""
+    x_leaves, x_def = jax.tree.flatten(x)
+    v_leaves, v_def = jax.tree.flatten(v)
+    shapes = [jnp.shape(leaf) for leaf in x_leaves]
+    if x_def != v_def or shapes != [jnp.shape(leaf) for leaf in v_leaves]:
+        raise ValueError(
+            "`odeckpt.hvp(f, x, v)`: `v` must be shaped like `x` (the same PyTree "
+            f"structure and leaf shapes); got x: {jax.tree.map(jnp.shape, x)}, "
+            f"v: {jax.tree.map(jnp.shape, v)}."
+        )
+    cast = [
+        jnp.asarray(t, jnp.result_type(leaf)) for leaf, t in zip(x_leaves, v_leaves, strict=True)
+    ]
+    return jax.tree.unflatten(v_def, cast)
