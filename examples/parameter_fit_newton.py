@@ -7,17 +7,19 @@ observed at 30 times on [0, 10] with Gaussian noise (sd `SIGMA`), from `a, b, c,
 minimising the negative log-likelihood `L(theta) = sum (model - data)^2 / (2 sd^2)`:
 
 - Newton-CG (trust region, Steihaug's conjugate gradients): each iteration solves
-  `H p = -g` with Hessian-vector products `jax.jvp(jax.grad(L), (theta,), (v,))`,
-  forward-over-reverse through `CheckpointAdjoint(checkpoints=c)`, whose memory is `c`
-  states and their tangents whatever the number of steps;
+  `H p = -g` with Hessian-vector products `odeckpt.hvp(L, theta, v)`, that is
+  `jax.jvp(jax.grad(L), (theta,), (v,))`, forward over reverse through
+  `CheckpointAdjoint(checkpoints=c)`, whose memory is `c` states and their tangents
+  whatever the number of steps;
 - Adam (optax), from the same start, on the same loss, with its gradient through the
   same adjoint, for comparison.
 
-At the optimum the Hessian (`jax.hessian` of `L`, also forward over reverse) is the
-inverse covariance of the Laplace approximation of the posterior (flat prior in
-`theta`): the 95% ellipses of `(log a, log b)` and `(log c, log d)` are drawn with the
-true values. With `--check-hessian`, `odeckpt.testing.check_hessian` first checks that
-Hessian against finite differences of the gradient.
+At the optimum the Hessian (HVPs along the four unit vectors: what `jax.hessian`
+computes, forward over reverse) is the inverse covariance of the Laplace
+approximation of the posterior (flat prior in `theta`): the 95% ellipses of
+`(log a, log b)` and `(log c, log d)` are drawn with the true values. With
+`--check-hessian`, `odeckpt.testing.check_hessian` first checks that Hessian against
+finite differences of the gradient.
 
     python examples/parameter_fit_newton.py
     python examples/parameter_fit_newton.py --checkpoints 4 --check-hessian --quick
@@ -232,7 +234,7 @@ def main(argv: list[str] | None = None) -> dict:
     data = np.asarray(truth) + noise
     loss = make_loss(jnp.asarray(data), oc.CheckpointAdjoint(checkpoints=args.checkpoints))
     value_and_grad = jax.jit(jax.value_and_grad(loss))
-    hvp = jax.jit(lambda theta, v: jax.jvp(jax.grad(loss), (theta,), (v,))[1])
+    hvp = jax.jit(lambda theta, v: oc.hvp(loss, theta, v))  # jax.jvp(jax.grad(loss), ...)
     theta0 = np.log(START)
 
     started = time.perf_counter()
