@@ -91,7 +91,7 @@ def check_autodiff(adjoint, problem, state0):
         return problem, state0
     leaves = jax.tree.leaves((problem, state0))
     name = f"{type(adjoint).__name__}()"
-    if adjoint.forward_mode:  # JAX's reverse mode fails on its loop, with JAX's message
+    if adjoint.forward_mode:  # JAX differentiates its loop (reverse: `check_reverse_mode`)
         return problem, state0
     if any(isinstance(x, forward) for x in leaves):
         raise ValueError(_FORWARD_THROUGH_VJP.format(name=name))
