@@ -203,6 +203,13 @@ def test_continuous_adjoints_refuse_second_derivatives_in_times(adjoint):
         jax.hessian(loss)(jnp.asarray([0.05, T1, 0.3, 0.7, 1.1]))
 
 
+@pytest.mark.slow
+def test_forward_mode_vmapped_hessian_is_jacfwd_of_jacfwd():
+    loss = _loss(oc.Tsit5(), oc.ForwardMode(), SAVEATS["ts"]())
+    h = jax.jit(jax.vmap(jax.jacfwd(jax.jacfwd(loss))))(jnp.stack([jnp.asarray(X)] * 2))
+    _assert_close(h[1], jax.hessian(_closed_form(TS))(jnp.asarray(X)))
+
+
 def test_forward_mode_hessian_is_jacfwd_of_jacfwd():
     loss = _loss(oc.Tsit5(), oc.ForwardMode(), SAVEATS["ts"]())
     h = jax.jit(jax.jacfwd(jax.jacfwd(loss)))(jnp.asarray(X))
@@ -229,6 +236,11 @@ FORWARD_FORMS = [
     pytest.param(
         lambda f, x, v: jax.vmap(lambda v: jax.jvp(f, (x,), (v,))[1])(jnp.stack([v, 2 * v]))[1] / 2,
         id="vmap_jvp",
+        marks=SLOW,
+    ),
+    pytest.param(
+        lambda f, x, v: jax.vmap(jax.jacfwd(f))(jnp.stack([x, x]))[1] @ v,
+        id="vmap_jacfwd",
         marks=SLOW,
     ),
 ]
@@ -291,7 +303,10 @@ def test_refused_modes_name_what_works(mode, adjoint):
     "mode, call",
     [
         ("grad", lambda f, x: jax.grad(f)(x)),
-        ("vmap_vjp", lambda f, x: jax.vmap(jax.vjp(f, x)[1])(jnp.ones(3))),
+        pytest.param(
+            "vmap_vjp", lambda f, x: jax.vmap(jax.vjp(f, x)[1])(jnp.ones(3)), marks=pytest.mark.slow
+        ),
+        ("grad_vmap", lambda f, x: jax.grad(lambda x: jax.vmap(f)(x).sum())(jnp.stack([x, x]))),
         pytest.param("jit_grad", lambda f, x: jax.jit(jax.grad(f))(x), marks=pytest.mark.slow),
         pytest.param("hessian", lambda f, x: jax.hessian(f)(x), marks=pytest.mark.slow),
         pytest.param(

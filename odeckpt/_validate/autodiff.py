@@ -29,8 +29,10 @@ tangent goes through `jax.custom_derivatives.linear_call` (an identity) with a
 transpose that raises. Reverse mode transposes the outputs' tangents before the loop's
 (the loop comes first in the linear program), so the message is raised before JAX's
 ("a `lax.while_loop` cannot be transposed"); forward mode never transposes, and the
-identity compiles to nothing. `linear_call` has no `jax.vmap` rule, so a tangent that
-is batched (`jax.jacfwd`) skips it: forward mode is all it can be in.
+identity compiles to nothing. `linear_call` has no `jax.vmap` rule, so a batched tree
+(the tangents of `jax.jacfwd`, a loss under `jax.vmap`) goes through it whole, from a
+`custom_vmap` rule; and JAX's JVP of `linear_call` passes symbolic zeros on, so the
+identity has its own JVP (itself again), for forward over forward.
 """
 
 import functools as ft
@@ -38,6 +40,7 @@ import functools as ft
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+from jax import custom_batching
 from jax.custom_derivatives import linear_call
 
 _FORWARD_THROUGH_VJP = (
@@ -125,21 +128,21 @@ def _untransposable(message: str):
     def refuse(_, cotangent):
         raise ValueError(message)
 
+    def through(tree):
+        """`tree`, through `linear_call` at the level where it is not batched."""
+        if any(isinstance(x, batched) for x in jax.tree.leaves(tree)):
+            return unbatched(tree)
+        return no_transpose(tree)
+
     # JAX's JVP of `linear_call` passes a symbolic zero tangent on (forward over
-    # forward fails), so the tangent of this identity is itself again.
+    # forward would fail), so the tangent of this identity is itself again.
     no_transpose = jax.custom_jvp(lambda tree: linear_call(lambda _, t: t, refuse, (), tree))
-    _ = no_transpose.defjvp(
-        lambda primals, tangents: (no_transpose(*primals), no_transpose(*tangents))
-    )
+    _ = no_transpose.defjvp(lambda primals, tangents: (through(*primals), through(*tangents)))
+    # `linear_call` has no `jax.vmap` rule: a batched tree goes through it whole.
+    unbatched = custom_batching.custom_vmap(lambda tree: tree)
+    _ = unbatched.def_vmap(lambda axis_size, in_batched, tree: (through(tree), in_batched[0]))
     guard = jax.custom_jvp(lambda tree: tree)
-
-    @guard.defjvp
-    def _tangent_not_transposable(primals, tangents):
-        (tangent,) = tangents
-        if any(isinstance(x, batched) for x in jax.tree.leaves(tangent)):
-            return primals[0], tangent  # batched: forward mode (`jax.jacfwd`), see above
-        return primals[0], no_transpose(tangent)
-
+    _ = guard.defjvp(lambda primals, tangents: (primals[0], through(tangents[0])))
     return guard
 
 
