@@ -30,6 +30,7 @@ from ._core import (
     is_successful as is_successful,
 )
 from ._event import Event as Event, steady_state_event as steady_state_event
+from ._hvp import hvp as hvp
 from ._interpolation import (
     AbstractGlobalInterpolation as AbstractGlobalInterpolation,
     AbstractLocalInterpolation as AbstractLocalInterpolation,

@@ -35,7 +35,7 @@ LAYERS = (
     ("_solution",),
     ("_adjoints",),
     ("_validate",),
-    ("_solve",),
+    ("_solve", "_hvp"),
     ("__init__",),
     ("testing",),
 )

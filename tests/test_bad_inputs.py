@@ -419,8 +419,13 @@ ADJOINTS = [
     Case("`Reversible(coupling)` outside (0, 1]", "ValueError",
          "`Reversible(coupling=...)` must be a number in (0, 1]; got 0.0.",
          lambda: oc.Reversible(oc.Tsit5(), coupling=0.0)),
-    Case("`jax.grad` with `ForwardMode()` (JAX's message)", "ValueError",
-         "Reverse-mode differentiation does not work for lax.while_loop",
+    Case("`odeckpt.hvp(f, x, v)` with `v` not shaped like `x`", "ValueError",
+         "`odeckpt.hvp(f, x, v)`: `v` must be shaped like `x` (the same PyTree structure and "
+         "leaf shapes); got x: (2,), v: (3,).",
+         lambda: oc.hvp(lambda y0: _solve(y0=y0).ys.sum(), Y0, jnp.ones(3))),
+    Case("`jax.grad` with `ForwardMode()`", "ValueError",
+         "Reverse mode (`jax.grad`, `jax.vjp`, `jax.jacrev`, `jax.hessian`) of `diffeqsolve` "
+         "with `adjoint=ForwardMode()`: this adjoint differentiates in forward mode only",
          lambda: _grad(lambda y0: _solve(y0=y0, adjoint=oc.ForwardMode()).ys.sum(), Y0)),
     Case("`jax.jvp` with `CheckpointAdjoint()`", "ValueError",
          "`jax.jvp`/`jax.jacfwd` of `diffeqsolve` with `adjoint=CheckpointAdjoint()`: this "

@@ -50,6 +50,14 @@ EXAMPLES = [
         "every c gives the same gradient",
         id="memory_tradeoff",
     ),
+    pytest.param(  # compiles a gradient and a Hessian-vector product: ~20 s
+        "parameter_fit_newton",
+        ["--quick"],
+        ["parameter_fit_newton.png"],
+        "squared Mahalanobis distance of the truth",
+        id="parameter_fit_newton",
+        marks=pytest.mark.slow,
+    ),
 ]
 
 

@@ -47,9 +47,15 @@ def _analytic(scalar_fn, ad, batch_size, leaves, tangents):
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2))
 def _full_program(scalar_fn, ad, batch_size, leaves, leaf_id, index, values):
-    """`f(x)`, the gradient, and `f` with `leaves[leaf_id[j]].ravel()[index[j]] = values[j]`.
+    """`f(x)`, the gradient, and `f` with `leaves[leaf_id[j]].ravel()[index[j]] = values[j]`."""
+    f = lax.map(at_entry(scalar_fn, leaves), (leaf_id, index, values), batch_size=batch_size)
+    return *_analytic(scalar_fn, ad, batch_size, leaves, None), f
 
-    `values` has the widest dtype; each is cast back (exactly) to its leaf's dtype.
+
+def at_entry(fn, leaves):
+    """`(k, i, v) -> fn(leaves with leaves[k].ravel()[i] = v)`, for `lax.map` over points.
+
+    `v` has the widest dtype; it is cast back (exactly) to its leaf's dtype.
     """
 
     def setter(k):
@@ -64,10 +70,9 @@ def _full_program(scalar_fn, ad, batch_size, leaves, leaf_id, index, values):
     def one(kiv):
         k, i, v = kiv
         new = branches[0](i, v) if len(branches) == 1 else lax.switch(k, branches, i, v)
-        return scalar_fn(new)
+        return fn(new)
 
-    f = lax.map(one, (leaf_id, index, values), batch_size=batch_size)
-    return *_analytic(scalar_fn, ad, batch_size, leaves, None), f
+    return one
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2))
@@ -77,11 +82,11 @@ def _directional_program(scalar_fn, ad, batch_size, leaves, points, tangents):
     return *_analytic(scalar_fn, ad, batch_size, leaves, tangents), f
 
 
-def _host(values) -> np.ndarray:
+def host(values) -> np.ndarray:
     return np.asarray(values).astype(np.float64)
 
 
-def _entry_points(x: np.ndarray, dtype, eps: float, order: int, scale) -> np.ndarray:
+def entry_points(x: np.ndarray, dtype, eps: float, order: int, scale) -> np.ndarray:
     """`[x₊, x₋]` for every level and entry of a flat leaf: shape `(2, levels, n)`."""
     steps = _fd.smallest_step(eps) * _fd.magnitude(x, scale) * _fd.ladder(order)[:, None]
     return np.stack([_fd.round_to(x + steps, dtype), _fd.round_to(x - steps, dtype)])
@@ -97,7 +102,7 @@ def full_check(target: Target, ad: str, order: int, scale, batch_size):
     xs = [np.asarray(leaf, np.float64).ravel() for leaf in leaves]
     eps = [target.eps(leaf) for leaf in leaves]
     points = [
-        _entry_points(x, leaf.dtype, e, order, scale)
+        entry_points(x, leaf.dtype, e, order, scale)
         for x, leaf, e in zip(xs, leaves, eps, strict=True)
     ]
     leaf_id = np.concatenate([np.full(p.size, k) for k, p in enumerate(points)])
@@ -109,12 +114,12 @@ def full_check(target: Target, ad: str, order: int, scale, batch_size):
         target.scalar_fn, ad, batch_size, leaves, jnp.asarray(leaf_id, jnp.int32),
         jnp.asarray(index, jnp.int32), values,
     )  # fmt: skip
-    f_split = np.split(_host(f), np.cumsum([p.size for p in points])[:-1])
+    f_split = np.split(host(f), np.cumsum([p.size for p in points])[:-1])
     raw = []
     for leaf, path, grad, p, e, fk in zip(
         leaves, target.paths, grads, points, eps, f_split, strict=True
     ):
-        fk, delta, analytic = fk.reshape(p.shape), p[0] - p[1], _host(grad).ravel()
+        fk, delta, analytic = fk.reshape(p.shape), p[0] - p[1], host(grad).ravel()
         est = _fd.extrapolate(fk[0], fk[1], analytic * delta, delta, target.out_eps)
         fd = analytic + est.residual
         raw.append(RawLeaf(path, leaf.shape, str(leaf.dtype), analytic, fd, est.error, e))
@@ -131,34 +136,60 @@ def directional_check(
     """
     leaves, n = target.leaves, num_directions
     eps = max(target.eps(leaf) for leaf in leaves)
-    xs = [np.asarray(leaf, np.float64) for leaf in leaves]
-    dirs = [  # (n, *shape), exactly representable in the leaf's dtype
-        _fd.round_to(_fd.magnitude(x, scale) * rng.standard_normal((n, *x.shape)), leaf.dtype)
-        for x, leaf in zip(xs, leaves, strict=True)
-    ]
-    t = _fd.smallest_step(eps) * _fd.ladder(order)
-    plus = [_along(x, d, t, leaf.dtype) for x, d, leaf in zip(xs, dirs, leaves, strict=True)]
-    minus = [_along(x, d, -t, leaf.dtype) for x, d, leaf in zip(xs, dirs, leaves, strict=True)]
-    tangents = [p - m for p, m in zip(plus, minus, strict=True)]  # (levels, n, *shape), exact
-    points = [_stack(leaf, p, m) for leaf, p, m in zip(leaves, plus, minus, strict=True)]
-    jvp_at = (
-        None if ad == "reverse" else [_stack(*z) for z in zip(leaves, dirs, tangents, strict=True)]
-    )
+    d = directions(leaves, n, eps, order, rng, scale)
+    dirs, t, tangents = d.dirs, d.t, d.tangents
+    jvp_at = None if ad == "reverse" else d.tangent_stack(leaves)
     value, analytic, f = _directional_program(
-        target.scalar_fn, ad, batch_size, leaves, points, jvp_at
+        target.scalar_fn, ad, batch_size, leaves, d.points, jvp_at
     )
-    f = _host(f).reshape(2, t.size, n)
+    f = host(f).reshape(2, t.size, n)
     if ad == "forward":  # JVPs along [dirs, tangents]
-        jvps = _host(analytic)
+        jvps = host(analytic)
         nominal, predicted = jvps[:n], jvps[n:].reshape(t.size, n)
     else:  # the gradient
-        grads = [_host(g) for g in analytic]
+        grads = [host(g) for g in analytic]
         nominal, predicted = _dot(grads, dirs), _dot(grads, tangents)
     delta = np.broadcast_to(2 * t[:, None], (t.size, n))
     est = _fd.extrapolate(f[0], f[1], predicted, delta, target.out_eps)
     dtype = str(promoted_dtype(*leaves))
     leaf = RawLeaf("directions", (n,), dtype, nominal, nominal + est.residual, est.error, eps)
     return float(value), [leaf], int(f.size)
+
+
+@dataclasses.dataclass(frozen=True)
+class Directions:
+    """Random directions `v_j` and the points `x ± t_k v_j` of a directional check.
+
+    Attributes:
+        dirs: per leaf, `(n, *shape)`, exactly representable in the leaf's dtype.
+        t: the step ladder `t_k`, largest first.
+        tangents: per leaf, `x₊ − x₋` of the rounded points, `(levels, n, *shape)`.
+        points: per leaf, `[x₊; x₋]` stacked on one axis, in the leaf's dtype.
+    """
+
+    dirs: list[np.ndarray]
+    t: np.ndarray
+    tangents: list[np.ndarray]
+    points: list[jax.Array]
+
+    def tangent_stack(self, leaves: list[jax.Array]) -> list[jax.Array]:
+        """Per leaf, `[dirs; tangents]` on one axis: where the analytic side is taken."""
+        return [_stack(*z) for z in zip(leaves, self.dirs, self.tangents, strict=True)]
+
+
+def directions(leaves: list[jax.Array], n: int, eps: float, order: int, rng, scale) -> Directions:
+    """`n` standard normal directions in coordinates scaled by each entry's magnitude."""
+    xs = [np.asarray(leaf, np.float64) for leaf in leaves]
+    dirs = [
+        _fd.round_to(_fd.magnitude(x, scale) * rng.standard_normal((n, *x.shape)), leaf.dtype)
+        for x, leaf in zip(xs, leaves, strict=True)
+    ]
+    t = _fd.smallest_step(eps) * _fd.ladder(order)
+    plus = [_along(x, d, t, leaf.dtype) for x, d, leaf in zip(xs, dirs, leaves, strict=True)]
+    minus = [_along(x, d, -t, leaf.dtype) for x, d, leaf in zip(xs, dirs, leaves, strict=True)]
+    tangents = [p - m for p, m in zip(plus, minus, strict=True)]  # exact
+    points = [_stack(leaf, p, m) for leaf, p, m in zip(leaves, plus, minus, strict=True)]
+    return Directions(dirs, t, tangents, points)
 
 
 def _along(x: np.ndarray, dirs: np.ndarray, t: np.ndarray, dtype) -> np.ndarray:

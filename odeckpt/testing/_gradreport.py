@@ -10,7 +10,7 @@ import numpy as np
 
 _SEVERITY = {"ok": 0, "inconclusive": 1, "mismatch": 2, "non-finite": 3}
 _EXPLAIN = {
-    "mismatch": "the gradient is wrong: analytic and FD differ by more than the "
+    "mismatch": "the {quantity} is wrong: analytic and FD differ by more than the "
     "tolerance plus 3x the FD error estimate",
     "inconclusive": "FD too noisy to decide: the difference exceeds the tolerance but "
     "not 3x the FD error estimate; loosen rtol/atol, check in float64, or pass `scale`",
@@ -118,7 +118,8 @@ class GradReport:
         leaves: the per-leaf reports.
         value: `f(x)` (the scalarised function, see `check_grads`).
         mode: `"full"` or `"directional"`.
-        ad: `"reverse"` or `"forward"`.
+        ad: `"reverse"` or `"forward"` (in a `HessianReport`, `"forward-over-reverse"`
+            or `"forward-over-forward"`).
         order: Richardson levels used.
         num_evaluations: function evaluations spent on finite differences.
     """
@@ -129,6 +130,9 @@ class GradReport:
     ad: str
     order: int
     num_evaluations: int
+
+    quantity = "gradient"
+    """What the analytic side is, as the failure explanations name it."""
 
     @property
     def passed(self) -> bool:
@@ -141,7 +145,8 @@ class GradReport:
 
     def __str__(self) -> str:
         head = (
-            f"GradReport ({self.mode}, {self.ad}-mode analytic, Richardson order {self.order}, "
+            f"{type(self).__name__} ({self.mode}, {self.ad}-mode analytic, "
+            f"Richardson order {self.order}, "
             f"{self.num_evaluations} evaluations): f(x) = {self.value:.9g}: "
             + ("PASSED" if self.passed else "FAILED")
         )
@@ -150,7 +155,8 @@ class GradReport:
             lines.append(f"f(x) is {self.value}: {_EXPLAIN['non-finite']}.")
         for leaf in self.failures:
             failing = [i for i in leaf.worst(3) if leaf.verdict[i] != "ok"]
-            lines.append(f"{leaf.path}: {leaf.status}: {_EXPLAIN[leaf.status]}. Worst entries:")
+            explain = _EXPLAIN[leaf.status].format(quantity=self.quantity)
+            lines.append(f"{leaf.path}: {leaf.status}: {explain}. Worst entries:")
             lines += [f"  {leaf.describe(i)}" for i in failing]
         return "\n".join(lines)
 
@@ -177,3 +183,17 @@ def _table(leaves: tuple[LeafReport, ...]) -> list[str]:
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
         for row in rows
     ]
+
+
+@dataclasses.dataclass(frozen=True)
+class HessianReport(GradReport):
+    """The result of `check_hessian`: a `GradReport` whose leaves are Hessian blocks.
+
+    In full mode there is one `LeafReport` per pair of differentiated leaves `(l, k)`,
+    with path `H[path_l, path_k]` and shape `(*shape_l, *shape_k)` (the layout of
+    `jax.hessian`); in directional mode one per leaf `l`, with path `Hv[path_l]` and
+    shape `(num_directions, *shape_l)`: row `d` is leaf `l`'s part of `H v_d`.
+    `num_evaluations` counts gradient evaluations.
+    """
+
+    quantity = "Hessian"
