@@ -1,6 +1,7 @@
 """Run diffrax's own ODE tests against odeckpt and write `benchmarks/COMPAT.md`.
 
-    python benchmarks/diffrax_suite.py --diffrax PATH [--reference] [--probe] [--jobs N]
+    python benchmarks/diffrax_suite.py --diffrax PATH [--reference] [--probe]
+        [--warning-check] [--jobs N]
         [--files test_x.py ...] [--out benchmarks/COMPAT.md] [--timeout S]
         [--file-timeout S] [--workdir DIR] [--keep]
 
@@ -24,7 +25,9 @@ later run without the flag reuses it); (3) run them against odeckpt; (4) classif
 failure (`classify`, then the hand-written `NOTES`) and write the report. `--probe` adds
 a diagnostic run, not part of the measurement, in which every diffrax name odeckpt lacks
 is bound to a placeholder class too, so that every file imports and the failures behind
-the missing names show.
+the missing names show. `--warning-check` adds another: the tests that failed only
+because a warning diffrax emits was missing rerun with `pytest.warns` not requiring it,
+so that the values they compare are compared.
 
 Each test file runs in its own pytest process (as diffrax's `test/__main__.py` does),
 `--jobs` of them at a time, under diffrax's conftest unchanged (float64, strict dtype
@@ -113,6 +116,19 @@ NOTES: dict[str, tuple[str, str]] = {
         "`StepTo(ts)` not starting at t0, not ending at t1 or not monotonic raises "
         "`ValueError` at trace time; the test expects diffrax's `RuntimeError` (raised at "
         "run time)",
+    ),
+}
+
+# Tests that fail only because a warning diffrax emits is not emitted, by the line of
+# the test's `pytest.warns`: why odeckpt does not emit it. The `--warning-check` run
+# reruns these tests with `pytest.warns` recording instead of requiring, so that the
+# values they check are checked.
+UNWARNED = {
+    "test_integrate.py:111": (
+        "the test requires diffrax's warning on a complex solve (`Complex dtype support "
+        "in Diffrax is a work in progress and may not yet produce correct results`); "
+        "odeckpt supports complex states under every solver, controller, output and "
+        "adjoint (`tests/test_complex.py`) and does not warn"
     ),
 }
 
@@ -240,6 +256,18 @@ def pytest_collectreport(report) -> None:
     if report.failed:
         lines = [line[4:] for line in str(report.longrepr).splitlines() if line.startswith("E ")]
         _emit({"kind": "collect_error", "id": report.nodeid, "error": " ".join(lines)[-600:]})
+
+
+def pytest_configure(config) -> None:
+    if os.environ.get("DIFFRAX_SUITE_MODE") == "warncheck":
+        pytest.warns = _recording_warns  # pyright: ignore[reportAttributeAccessIssue]
+
+
+def _recording_warns(*args, **kwargs):
+    """`pytest.warns` in the warning-check run: records warnings, requires none."""
+    import warnings
+
+    return warnings.catch_warnings(record=True)
 
 
 def pytest_sessionfinish(session) -> None:
@@ -400,8 +428,8 @@ def stage(checkout: Path, tmp: Path) -> dict:
 def child_env(setup: dict, mode: str, events: Path, timeout: int) -> dict:
     env = dict(os.environ)
     paths = [str(setup["plugin"])]
-    if mode in ("odeckpt", "probe"):
-        paths = [str(setup["rename" if mode == "odeckpt" else "probe"]), str(REPO), *paths]
+    if mode in ("odeckpt", "probe", "warncheck"):
+        paths = [str(setup["probe" if mode == "probe" else "rename"]), str(REPO), *paths]
     if env.get("PYTHONPATH"):
         paths.append(env["PYTHONPATH"])
     env.update(PYTHONPATH=os.pathsep.join(paths), DIFFRAX_SUITE_EVENTS=str(events))
@@ -419,7 +447,8 @@ def read_events(path: Path) -> list[dict]:
 def run_pytest(setup: dict, mode: str, files: list[str], extra: list[str], limits) -> dict:
     """One pytest process over `files`; returns its events, time and exit status."""
     timeout, file_timeout = limits
-    events = setup["run"].parent / f"{mode}-{'-'.join(f[:-3] for f in files)[:80]}.jsonl"
+    stems = (f.split("::")[0][:-3] for f in files)
+    events = setup["run"].parent / f"{mode}-{'-'.join(dict.fromkeys(stems))[:80]}.jsonl"
     done = [e for e in read_events(events) if e["kind"] == "done"]
     if done:  # finished in an earlier run with the same --workdir
         return {"events": read_events(events), **done[0]["result"]}
@@ -476,7 +505,7 @@ def run_files(setup: dict, mode: str, files: list[str], args, on_done=None) -> d
 
 def check_diffrax_location(setup: dict, mode: str, events: list[dict]) -> None:
     """Stops the run if a test process imported the wrong `diffrax`."""
-    generated = f"{os.sep}{'rename' if mode == 'odeckpt' else 'probe'}{os.sep}diffrax"
+    generated = f"{os.sep}{'probe' if mode == 'probe' else 'rename'}{os.sep}diffrax"
     for event in events:
         location = event.get("file") if event["kind"] == "diffrax" else None
         if location and (mode == "reference") == (generated in location):
@@ -530,6 +559,9 @@ def classify(exc: str, msg: str, test_line: str | None, odeckpt_line: str | None
         return "timeout", first
     if exc == "AssertionError":
         return "to investigate (assertion)", f"at {test_line}: {_short(first, 70)}"
+    if exc == "Failed" and "DID NOT WARN" in msg:
+        default = f"no warning where the test expects one (at {test_line})"
+        return "behaviour difference", UNWARNED.get(test_line or "", default)
     if exc == "Failed" and "DID NOT RAISE" in msg:
         return "behaviour difference", f"{_short(first)} (at {test_line})"
     for pattern, category, reason in MESSAGE_RULES:
@@ -695,7 +727,13 @@ def header_lines(ctx: dict) -> list[str]:
         f"{ctx['jobs']} at a time, on a shared machine): collecting with diffrax "
         f"{ctx['collect_seconds']:.0f} s; diffrax itself {ctx['reference_seconds']:.0f} s; "
         f"odeckpt {ctx['odeckpt_seconds']:.0f} s"
-        + (f"; diagnostic run {ctx['probe_seconds']:.0f} s." if "probe_seconds" in ctx else "."),
+        + (f"; diagnostic run {ctx['probe_seconds']:.0f} s" if "probe_seconds" in ctx else "")
+        + (
+            f"; warning check {ctx['warncheck_seconds']:.0f} s"
+            if "warncheck_seconds" in ctx
+            else ""
+        )
+        + ".",
         "",
     ]
 
@@ -933,13 +971,20 @@ def probe_lines(probe: dict, scope: dict, ctx: dict) -> list[str]:
 
 
 def write_report(
-    out: Path, ctx: dict, scope: dict, outcomes: dict, reference: dict, probe: dict | None
+    out: Path,
+    ctx: dict,
+    scope: dict,
+    outcomes: dict,
+    reference: dict,
+    probe: dict | None,
+    checked: dict | None = None,
 ) -> None:
     lines = header_lines(ctx) + summary_lines(ctx, outcomes, reference) + setup_lines(ctx)
     lines += scope_lines(scope) + file_lines(outcomes, reference, ctx["file_seconds"])
     lines += reason_lines(outcomes) + missing_lines(outcomes, scope, ctx)
     lines += per_test_lines(outcomes)
     lines += probe_lines(probe, scope, ctx) if probe else []
+    lines += warning_check_lines(checked, outcomes) if checked is not None else []
     out.write_text("\n".join(lines) + "\n")
     save_reference(out, reference)
 
@@ -959,6 +1004,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--timeout", type=int, default=1800, help="per-test limit, s")
     parser.add_argument("--file-timeout", type=int, default=7200, help="per-file limit, s")
     parser.add_argument("--probe", action="store_true", help="also the diagnostic run")
+    parser.add_argument(
+        "--warning-check",
+        action="store_true",
+        help="also rerun the tests that fail only for a missing warning, not requiring it",
+    )
     parser.add_argument(
         "--workdir",
         type=Path,
@@ -1009,7 +1059,10 @@ def measure(args: argparse.Namespace, setup: dict, ctx: dict) -> None:
     )
     outcomes = odeckpt_outcomes(results, by_file, reference)
     probe = run_probe(args, setup, ctx, scope, by_file, reference) if args.probe else None
-    write_report(args.out, ctx, scope, outcomes, reference, probe)
+    checked = None
+    if args.warning_check:
+        checked = run_warning_check(args, setup, ctx, results, reference)
+    write_report(args.out, ctx, scope, outcomes, reference, probe, checked)
 
 
 def run_reference(args, setup: dict, by_file: dict, reference: dict, ctx: dict) -> None:
@@ -1033,6 +1086,54 @@ def run_probe(args, setup: dict, ctx: dict, scope: dict, by_file: dict, referenc
     return odeckpt_outcomes(results, by_file, reference)
 
 
+def unwarned_ids(results: dict) -> dict[str, list[str]]:
+    """Per file, the tests that failed only because an expected warning was missing."""
+    found: dict[str, list[str]] = {}
+    for file_name, result in results.items():
+        for event in result["events"]:
+            failed = event["kind"] == "test" and event["outcome"] == "failed"
+            if failed and event.get("exc") == "Failed" and "DID NOT WARN" in event["msg"]:
+                found.setdefault(file_name, []).append(event["id"])
+    return found
+
+
+def run_warning_check(args, setup: dict, ctx: dict, results: dict, reference: dict):
+    """The warning-check run: the tests that failed only for a missing warning, rerun
+    with `pytest.warns` recording instead of requiring, so their value checks run."""
+    limits = (args.timeout, args.file_timeout)
+    checked: dict[str, dict] = {}
+    seconds = 0.0
+    for file_name, ids in sorted(unwarned_ids(results).items()):
+        node_ids = [i.split("/", 1)[1] for i in ids]
+        result = run_pytest(setup, "warncheck", node_ids, [], limits)
+        check_diffrax_location(setup, "warncheck", result["events"])
+        print(f"  warncheck {file_name}: {result['seconds']:.0f} s, status {result['status']}")
+        seconds += result["seconds"]
+        checked.update(odeckpt_outcomes({file_name: result}, {file_name: ids}, reference))
+    ctx["warncheck_seconds"] = seconds
+    return checked
+
+
+def warning_check_lines(checked: dict, outcomes: dict) -> list[str]:
+    passed = sum(o["outcome"] == "passed" for o in checked.values())
+    total = len(outcomes)
+    both = sum(o["outcome"] == "passed" for o in outcomes.values()) + passed
+    lines = [
+        "## Diagnostic: the tests that fail only for a missing warning",
+        "",
+        "Not the measurement: the tests that failed because a warning diffrax emits was "
+        "not emitted (`pytest.warns` raised `DID NOT WARN`, before the test compares "
+        "any value) rerun with `pytest.warns` recording warnings instead of requiring "
+        "them (`--warning-check`), so that the values they check are checked.",
+        "",
+        f"- Rerun: {len(checked)}; pass: {passed}.",
+        f"- In-scope tests that pass, counting these: {both} of {total} ({_pct(both, total)}).",
+        "",
+    ]
+    failed = {i: o for i, o in checked.items() if o["outcome"] != "passed"}
+    return lines + (per_test_lines(failed, "### Failing in the rerun") if failed else [])
+
+
 def main(argv: list[str]) -> None:
     args = parse_args(argv)
     checkout = args.diffrax.resolve()
@@ -1048,6 +1149,7 @@ def main(argv: list[str]) -> None:
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     kept = ["--reference"] if args.reference else []
     kept += ["--probe"] if args.probe else []
+    kept += ["--warning-check"] if args.warning_check else []
     kept += [f"--jobs {args.jobs}", f"--timeout {args.timeout}"]
     kept += ["--files", *args.files] if args.files else []
     ctx = {

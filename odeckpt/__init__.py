@@ -29,7 +29,13 @@ from ._core import (
     is_okay as is_okay,
     is_successful as is_successful,
 )
-from ._event import Event as Event, steady_state_event as steady_state_event
+from ._event import (
+    AbstractDiscreteTerminatingEvent as AbstractDiscreteTerminatingEvent,
+    DiscreteTerminatingEvent as DiscreteTerminatingEvent,
+    Event as Event,
+    SteadyStateEvent as SteadyStateEvent,
+    steady_state_event as steady_state_event,
+)
 from ._interpolation import (
     AbstractGlobalInterpolation as AbstractGlobalInterpolation,
     AbstractLocalInterpolation as AbstractLocalInterpolation,
