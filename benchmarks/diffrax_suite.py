@@ -112,10 +112,49 @@ NOTES: dict[str, tuple[str, str]] = {
         "derivative) plus its solve noise put it just outside that tolerance",
     ),
     "test/test_step_to.py::test_step_to_location": (
-        "API difference",
+        "behaviour difference",
         "`StepTo(ts)` not starting at t0, not ending at t1 or not monotonic raises "
-        "`ValueError` at trace time; the test expects diffrax's `RuntimeError` (raised at "
-        "run time)",
+        "`ValueError` at trace time, quoting the values, when they are known then (the "
+        "run-time check, for traced values, raises `EquinoxRuntimeError`, a "
+        "`RuntimeError`); the test expects diffrax's `RuntimeError`, raised at run time",
+    ),
+    "test/test_saveat_solution.py::test_saveat_solution": (
+        "behaviour difference",
+        "`SaveAt(ts=...)` outside [t0, t1] raises `ValueError` at trace time, quoting "
+        "the values, when they are known then (traced: `EquinoxRuntimeError` at run "
+        "time); the test expects diffrax's `RuntimeError`, raised at run time",
+    ),
+    "test/test_saveat_solution.py::test_subsaveat[*-adjoint3]": (
+        "behaviour difference",
+        "odeckpt's `BacksolveAdjoint` differentiates through `SaveAt(fn=...)` and "
+        "several `SubSaveAt`s (`tests/test_saveat.py::"
+        "test_gradients_through_fn_under_every_adjoint`); diffrax raises "
+        "`NotImplementedError` there, and the test asks for it",
+    ),
+    "test/test_event.py::test_event_backsolve": (
+        "behaviour difference",
+        "`BacksolveAdjoint` with an event raises `ValueError` at trace time naming the "
+        "adjoints that differentiate event times; the test expects diffrax's "
+        "`NotImplementedError`",
+    ),
+    "test/test_solver.py::test_multiple_tableau_single_step*": (
+        "API difference",
+        "calls `solver.init(terms, t0, t1, y0, args)` and `solver.step(terms, t0, t1, "
+        "y0, args, solver_state, made_jump)` by hand, diffrax's stepping protocol; "
+        "odeckpt's solvers have their own `init(term, t0, y0, args)` and `step(term, "
+        "t0, dt, y0, solver_state, args)` under those names",
+    ),
+    "test/test_solver.py::test_sil3*": (
+        "API difference",
+        "defines a solver against diffrax's stepping protocol (`init(terms, t0, t1, y0, "
+        "args)`, `step(...)` returning diffrax's tuple, an `optimistix` root finder) "
+        "and solves with it; odeckpt's solvers implement odeckpt's protocol",
+    ),
+    "test/test_very_chord.py::test_very_chord": (
+        "API difference",
+        "uses `VeryChord` as an `optimistix` root finder (`optx.root_find(fn, "
+        "VeryChord(...), x)`); odeckpt's `VeryChord` holds the implicit solvers' Newton "
+        "settings (odeckpt does not depend on `optimistix`)",
     ),
 }
 

@@ -10,6 +10,7 @@ from ._adjoints import (
     ImplicitAdjoint as ImplicitAdjoint,
     InterpolatingAdjoint as InterpolatingAdjoint,
     ReversibleAdjoint as ReversibleAdjoint,
+    adjoint_rms_seminorm as adjoint_rms_seminorm,
 )
 from ._controllers import (
     AbstractAdaptiveStepSizeController as AbstractAdaptiveStepSizeController,
