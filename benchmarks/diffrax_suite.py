@@ -512,6 +512,7 @@ def run_pytest(setup: dict, mode: str, files: list[str], extra: list[str], limit
         status, log = "killed", f"killed after {file_timeout} s\n{error.stdout or ''}"
     (events.with_suffix(".log")).write_text(str(log))
     result = {"seconds": time.perf_counter() - start, "status": status}
+    result["commit"] = setup.get("commit", "?")  # the odeckpt it ran against
     with open(events, "a") as handle:
         handle.write(json.dumps({"kind": "done", "result": result}) + "\n")
     return {"events": read_events(events), **result}
@@ -766,7 +767,7 @@ def header_lines(ctx: dict) -> list[str]:
         f"{ctx['diffrax_version']}.",
         "",
         f"- Date: {ctx['date']}; diffrax tests: v{ctx['diffrax_version']}; "
-        f"odeckpt commit: {ctx['commit']}",
+        f'odeckpt commit: {ctx["commit"]} (each file\'s: see "Per file")',
         f"- Python {platform.python_version()}, jax {versions[0]}, equinox {versions[-1]}; "
         f"{platform.platform()}; {os.cpu_count()} CPUs",
         f"- Time, summed over the {ctx['n_files']} files' pytest processes (run "
@@ -871,7 +872,7 @@ def scope_lines(scope: dict) -> list[str]:
     ]
 
 
-def file_lines(outcomes: dict, reference: dict, seconds: dict) -> list[str]:
+def file_lines(outcomes: dict, reference: dict, seconds: dict, commits: dict) -> list[str]:
     rows = []
     for file_name in sorted({file_of(i) for i in outcomes}):
         mine = [o for i, o in outcomes.items() if file_of(i) == file_name]
@@ -889,6 +890,7 @@ def file_lines(outcomes: dict, reference: dict, seconds: dict) -> list[str]:
                 "yes" if imports else "**no**",
                 f"{seconds[file_name]:.0f}",
                 ref.get("seconds", "?"),
+                commits.get(file_name) or "?",
             ]
         )
     header = [
@@ -900,8 +902,13 @@ def file_lines(outcomes: dict, reference: dict, seconds: dict) -> list[str]:
         "imports",
         "odeckpt s",
         "diffrax s",
+        "odeckpt commit",
     ]
-    return ["## Per file", "", *_table(header, rows), ""]
+    note = (
+        "The odeckpt commit is the one each file's tests ran against (a file's results "
+        "are reused from `--workdir` when it holds them)."
+    )
+    return ["## Per file", "", note, "", *_table(header, rows), ""]
 
 
 def reason_table(outcomes: dict) -> list[str]:
@@ -1026,7 +1033,8 @@ def write_report(
     checked: dict | None = None,
 ) -> None:
     lines = header_lines(ctx) + summary_lines(ctx, outcomes, reference) + setup_lines(ctx)
-    lines += scope_lines(scope) + file_lines(outcomes, reference, ctx["file_seconds"])
+    lines += scope_lines(scope)
+    lines += file_lines(outcomes, reference, ctx["file_seconds"], ctx["file_commits"])
     lines += reason_lines(outcomes) + missing_lines(outcomes, scope, ctx)
     lines += per_test_lines(outcomes)
     lines += probe_lines(probe, scope, ctx) if probe else []
@@ -1093,6 +1101,7 @@ def measure(args: argparse.Namespace, setup: dict, ctx: dict) -> None:
     ctx["missing"] = scope["names"] - ctx["provided"] - set(OUT_OF_SCOPE_NAMES)
     results = run_files(setup, "odeckpt", files, args)
     ctx["file_seconds"] = {f: r["seconds"] for f, r in results.items()}
+    ctx["file_commits"] = {f: r.get("commit") for f, r in results.items()}
     ctx["import_names"] = {
         f: import_time_names(setup["run"] / "test" / f, scope["names"]) for f in files
     }
@@ -1192,6 +1201,7 @@ def main(argv: list[str]) -> None:
     tmp = args.workdir or Path(tempfile.mkdtemp(prefix="diffrax-suite-"))
     tmp.mkdir(parents=True, exist_ok=True)
     setup = stage(checkout, tmp)
+    setup["commit"] = odeckpt_commit()
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     kept = ["--reference"] if args.reference else []
     kept += ["--probe"] if args.probe else []
@@ -1202,7 +1212,7 @@ def main(argv: list[str]) -> None:
         "argv": kept,
         "date": date,
         "diffrax_version": project["version"],
-        "commit": odeckpt_commit(),
+        "commit": setup["commit"],
         "jobs": args.jobs,
         "timeout": args.timeout,
         "dropped": setup["dropped"],
