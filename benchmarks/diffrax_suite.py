@@ -1047,7 +1047,8 @@ def write_report(
     lines += reason_lines(outcomes) + missing_lines(outcomes, scope, ctx)
     lines += per_test_lines(outcomes)
     lines += probe_lines(probe, scope, ctx) if probe else []
-    lines += warning_check_lines(checked, outcomes) if checked is not None else []
+    if checked is not None:
+        lines += warning_check_lines(checked, outcomes, ctx.get("warncheck_commits", set()))
     out.write_text("\n".join(lines) + "\n")
     save_reference(out, reference)
 
@@ -1174,11 +1175,12 @@ def run_warning_check(args, setup: dict, ctx: dict, results: dict, reference: di
         print(f"  warncheck {file_name}: {result['seconds']:.0f} s, status {result['status']}")
         seconds += result["seconds"]
         checked.update(odeckpt_outcomes({file_name: result}, {file_name: ids}, reference))
+        ctx.setdefault("warncheck_commits", set()).add(result.get("commit") or "?")
     ctx["warncheck_seconds"] = seconds
     return checked
 
 
-def warning_check_lines(checked: dict, outcomes: dict) -> list[str]:
+def warning_check_lines(checked: dict, outcomes: dict, commits: set) -> list[str]:
     passed = sum(o["outcome"] == "passed" for o in checked.values())
     total = len(outcomes)
     both = sum(o["outcome"] == "passed" for o in outcomes.values()) + passed
@@ -1190,7 +1192,8 @@ def warning_check_lines(checked: dict, outcomes: dict) -> list[str]:
         "any value) rerun with `pytest.warns` recording warnings instead of requiring "
         "them (`--warning-check`), so that the values they check are checked.",
         "",
-        f"- Rerun: {len(checked)}; pass: {passed}.",
+        f"- Rerun: {len(checked)}; pass: {passed} (odeckpt commit: "
+        f"{', '.join(sorted(commits)) or '?'}).",
         f"- In-scope tests that pass, counting these: {both} of {total} ({_pct(both, total)}).",
         "",
     ]
