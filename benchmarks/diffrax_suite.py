@@ -522,6 +522,7 @@ def run_pytest(setup: dict, mode: str, files: list[str], extra: list[str], limit
     (events.with_suffix(".log")).write_text(str(log))
     result = {"seconds": time.perf_counter() - start, "status": status}
     result["commit"] = setup.get("commit", "?")  # the odeckpt it ran against
+    result["timeout"] = timeout
     with open(events, "a") as handle:
         handle.write(json.dumps({"kind": "done", "result": result}) + "\n")
     return {"events": read_events(events), **result}
@@ -828,6 +829,15 @@ def summary_lines(ctx: dict, outcomes: dict, reference: dict) -> list[str]:
     return lines
 
 
+def _limits(ctx: dict) -> str:
+    """The per-test limit, or each file's where results reused ran under another."""
+    limits = ctx.get("file_timeouts") or {}
+    if len(set(limits.values()) | {ctx["timeout"]}) == 1:
+        return f"{ctx['timeout']} s"
+    other = [f"{f}: {t} s" for f, t in sorted(limits.items()) if t != ctx["timeout"]]
+    return f"{ctx['timeout']} s ({'; '.join(other)})"
+
+
 def setup_lines(ctx: dict) -> list[str]:
     renames = ", ".join(f"`{old} = odeckpt.{new}`" for old, new in RENAMES.items())
     private = "; ".join(f"`{m}`: {', '.join(sorted(n))}" for m, n in ctx["private"].items())
@@ -837,7 +847,7 @@ def setup_lines(ctx: dict) -> list[str]:
         "diffrax's `test/` is copied to a temporary directory and run there with its "
         '`conftest.py` unchanged (float64, `jax_numpy_dtype_promotion="strict"`, '
         '`jax_numpy_rank_promotion="raise"`) and its pytest options, each file in its '
-        f"own pytest process, a per-test limit of {ctx['timeout']} s. `diffrax` is a "
+        f"own pytest process, a per-test limit of {_limits(ctx)}. `diffrax` is a "
         "generated package first on `PYTHONPATH` (the run checks `diffrax.__file__`), "
         "with name bindings only:",
         "",
@@ -1112,6 +1122,7 @@ def measure(args: argparse.Namespace, setup: dict, ctx: dict) -> None:
     results = run_files(setup, "odeckpt", files, args)
     ctx["file_seconds"] = {f: r["seconds"] for f, r in results.items()}
     ctx["file_commits"] = {f: r.get("commit") for f, r in results.items()}
+    ctx["file_timeouts"] = {f: r.get("timeout", args.timeout) for f, r in results.items()}
     ctx["import_names"] = {
         f: import_time_names(setup["run"] / "test" / f, scope["names"]) for f in files
     }
