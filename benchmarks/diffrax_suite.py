@@ -1,6 +1,7 @@
 """Run diffrax's own ODE tests against odeckpt and write `benchmarks/COMPAT.md`.
 
-    python benchmarks/diffrax_suite.py --diffrax PATH [--reference] [--probe] [--jobs N]
+    python benchmarks/diffrax_suite.py --diffrax PATH [--reference] [--probe]
+        [--warning-check] [--jobs N]
         [--files test_x.py ...] [--out benchmarks/COMPAT.md] [--timeout S]
         [--file-timeout S] [--workdir DIR] [--keep]
 
@@ -24,7 +25,9 @@ later run without the flag reuses it); (3) run them against odeckpt; (4) classif
 failure (`classify`, then the hand-written `NOTES`) and write the report. `--probe` adds
 a diagnostic run, not part of the measurement, in which every diffrax name odeckpt lacks
 is bound to a placeholder class too, so that every file imports and the failures behind
-the missing names show.
+the missing names show. `--warning-check` adds another: the tests that failed only
+because a warning diffrax emits was missing rerun with `pytest.warns` not requiring it,
+so that the values they compare are compared.
 
 Each test file runs in its own pytest process (as diffrax's `test/__main__.py` does),
 `--jobs` of them at a time, under diffrax's conftest unchanged (float64, strict dtype
@@ -100,6 +103,14 @@ NOTES: dict[str, tuple[str, str]] = {
         "odeckpt's `BacksolveAdjoint` differentiates parameters the vector field closes "
         "over; diffrax raises JAX's `CustomVJPException` there, and the test asks for it",
     ),
+    "test/test_adjoint.py::test_against": (
+        "behaviour difference",
+        "the test first asks that `BacksolveAdjoint` refuse gradients through "
+        "`SaveAt(steps=True)` and `SaveAt(dense=True)` (diffrax's "
+        "`NotImplementedError`); odeckpt's differentiates them, so the test stops "
+        "there, before its gradient comparisons. (With diffrax itself the test ran past "
+        "the per-test limit on this machine.)",
+    ),
     "test/test_adaptive_stepsize_controller.py::test_grad_of_discontinuous_forcing": (
         "behaviour difference",
         "the test compares the gradient with a one-sided finite difference (eps=1e-5) of "
@@ -109,10 +120,70 @@ NOTES: dict[str, tuple[str, str]] = {
         "derivative) plus its solve noise put it just outside that tolerance",
     ),
     "test/test_step_to.py::test_step_to_location": (
-        "API difference",
+        "behaviour difference",
         "`StepTo(ts)` not starting at t0, not ending at t1 or not monotonic raises "
-        "`ValueError` at trace time; the test expects diffrax's `RuntimeError` (raised at "
-        "run time)",
+        "`ValueError` at trace time, quoting the values, when they are known then (the "
+        "run-time check, for traced values, raises `EquinoxRuntimeError`, a "
+        "`RuntimeError`); the test expects diffrax's `RuntimeError`, raised at run time",
+    ),
+    "test/test_saveat_solution.py::test_saveat_solution": (
+        "behaviour difference",
+        "`SaveAt(ts=...)` outside [t0, t1] raises `ValueError` at trace time, quoting "
+        "the values, when they are known then (traced: `EquinoxRuntimeError` at run "
+        "time); the test expects diffrax's `RuntimeError`, raised at run time",
+    ),
+    # `[[]` is a literal `[` in fnmatch's patterns.
+    "test/test_saveat_solution.py::test_subsaveat[[]*-adjoint3]": (
+        "behaviour difference",
+        "odeckpt's `BacksolveAdjoint` differentiates through `SaveAt(fn=...)` and "
+        "several `SubSaveAt`s (`tests/test_saveat.py::"
+        "test_gradients_through_fn_under_every_adjoint`); diffrax raises "
+        "`NotImplementedError` there, and the test asks for it",
+    ),
+    "test/test_event.py::test_event_backsolve": (
+        "behaviour difference",
+        "`BacksolveAdjoint` differentiates through events here (the continuous adjoint "
+        "starts at the event with its jump term: `tests/test_event_continuous.py`); the "
+        "test asks for diffrax's `NotImplementedError`",
+    ),
+    "test/test_solver.py::test_multiple_tableau_single_step*": (
+        "API difference",
+        "calls `solver.init(terms, t0, t1, y0, args)` and `solver.step(terms, t0, t1, "
+        "y0, args, solver_state, made_jump)` by hand, diffrax's stepping protocol; "
+        "odeckpt's solvers have their own `init(term, t0, y0, args)` and `step(term, "
+        "t0, dt, y0, solver_state, args)` under those names",
+    ),
+    "test/test_solver.py::test_sil3*": (
+        "API difference",
+        "defines a solver against diffrax's stepping protocol (`init(terms, t0, t1, y0, "
+        "args)`, `step(...)` returning diffrax's tuple, an `optimistix` root finder) "
+        "and solves with it; odeckpt's solvers implement odeckpt's protocol",
+    ),
+    "test/test_integrate.py::test_implicit_tol_error": (
+        "behaviour difference",
+        "odeckpt's implicit solvers have their own Newton tolerances (default "
+        "`VeryChord(rtol=1e-8, atol=1e-10)`), so `Kvaerno5()` with `ConstantStepSize` "
+        "solves; diffrax takes them from an adaptive controller and raises "
+        "`ValueError` without one, which the test asks for",
+    ),
+    "test/test_very_chord.py::test_very_chord": (
+        "API difference",
+        "uses `VeryChord` as an `optimistix` root finder (`optx.root_find(fn, "
+        "VeryChord(...), x)`); odeckpt's `VeryChord` holds the implicit solvers' Newton "
+        "settings (odeckpt does not depend on `optimistix`)",
+    ),
+}
+
+# Tests that fail only because a warning diffrax emits is not emitted, by the line of
+# the test's `pytest.warns`: why odeckpt does not emit it. The `--warning-check` run
+# reruns these tests with `pytest.warns` recording instead of requiring, so that the
+# values they check are checked.
+UNWARNED = {
+    "test_integrate.py:111": (
+        "the test requires diffrax's warning on a complex solve (`Complex dtype support "
+        "in Diffrax is a work in progress and may not yet produce correct results`); "
+        "odeckpt supports complex states under every solver, controller, output and "
+        "adjoint (`tests/test_complex.py`) and does not warn"
     ),
 }
 
@@ -240,6 +311,18 @@ def pytest_collectreport(report) -> None:
     if report.failed:
         lines = [line[4:] for line in str(report.longrepr).splitlines() if line.startswith("E ")]
         _emit({"kind": "collect_error", "id": report.nodeid, "error": " ".join(lines)[-600:]})
+
+
+def pytest_configure(config) -> None:
+    if os.environ.get("DIFFRAX_SUITE_MODE") == "warncheck":
+        pytest.warns = _recording_warns  # pyright: ignore[reportAttributeAccessIssue]
+
+
+def _recording_warns(*args, **kwargs):
+    """`pytest.warns` in the warning-check run: records warnings, requires none."""
+    import warnings
+
+    return warnings.catch_warnings(record=True)
 
 
 def pytest_sessionfinish(session) -> None:
@@ -400,8 +483,8 @@ def stage(checkout: Path, tmp: Path) -> dict:
 def child_env(setup: dict, mode: str, events: Path, timeout: int) -> dict:
     env = dict(os.environ)
     paths = [str(setup["plugin"])]
-    if mode in ("odeckpt", "probe"):
-        paths = [str(setup["rename" if mode == "odeckpt" else "probe"]), str(REPO), *paths]
+    if mode in ("odeckpt", "probe", "warncheck"):
+        paths = [str(setup["probe" if mode == "probe" else "rename"]), str(REPO), *paths]
     if env.get("PYTHONPATH"):
         paths.append(env["PYTHONPATH"])
     env.update(PYTHONPATH=os.pathsep.join(paths), DIFFRAX_SUITE_EVENTS=str(events))
@@ -419,7 +502,8 @@ def read_events(path: Path) -> list[dict]:
 def run_pytest(setup: dict, mode: str, files: list[str], extra: list[str], limits) -> dict:
     """One pytest process over `files`; returns its events, time and exit status."""
     timeout, file_timeout = limits
-    events = setup["run"].parent / f"{mode}-{'-'.join(f[:-3] for f in files)[:80]}.jsonl"
+    stems = (f.split("::")[0][:-3] for f in files)
+    events = setup["run"].parent / f"{mode}-{'-'.join(dict.fromkeys(stems))[:80]}.jsonl"
     done = [e for e in read_events(events) if e["kind"] == "done"]
     if done:  # finished in an earlier run with the same --workdir
         return {"events": read_events(events), **done[0]["result"]}
@@ -437,6 +521,8 @@ def run_pytest(setup: dict, mode: str, files: list[str], extra: list[str], limit
         status, log = "killed", f"killed after {file_timeout} s\n{error.stdout or ''}"
     (events.with_suffix(".log")).write_text(str(log))
     result = {"seconds": time.perf_counter() - start, "status": status}
+    result["commit"] = setup.get("commit", "?")  # the odeckpt it ran against
+    result["timeout"] = timeout
     with open(events, "a") as handle:
         handle.write(json.dumps({"kind": "done", "result": result}) + "\n")
     return {"events": read_events(events), **result}
@@ -476,7 +562,7 @@ def run_files(setup: dict, mode: str, files: list[str], args, on_done=None) -> d
 
 def check_diffrax_location(setup: dict, mode: str, events: list[dict]) -> None:
     """Stops the run if a test process imported the wrong `diffrax`."""
-    generated = f"{os.sep}{'rename' if mode == 'odeckpt' else 'probe'}{os.sep}diffrax"
+    generated = f"{os.sep}{'probe' if mode == 'probe' else 'rename'}{os.sep}diffrax"
     for event in events:
         location = event.get("file") if event["kind"] == "diffrax" else None
         if location and (mode == "reference") == (generated in location):
@@ -530,6 +616,9 @@ def classify(exc: str, msg: str, test_line: str | None, odeckpt_line: str | None
         return "timeout", first
     if exc == "AssertionError":
         return "to investigate (assertion)", f"at {test_line}: {_short(first, 70)}"
+    if exc == "Failed" and "DID NOT WARN" in msg:
+        default = f"no warning where the test expects one (at {test_line})"
+        return "behaviour difference", UNWARNED.get(test_line or "", default)
     if exc == "Failed" and "DID NOT RAISE" in msg:
         return "behaviour difference", f"{_short(first)} (at {test_line})"
     for pattern, category, reason in MESSAGE_RULES:
@@ -688,14 +777,20 @@ def header_lines(ctx: dict) -> list[str]:
         f"{ctx['diffrax_version']}.",
         "",
         f"- Date: {ctx['date']}; diffrax tests: v{ctx['diffrax_version']}; "
-        f"odeckpt commit: {ctx['commit']}",
+        f'odeckpt commit: {ctx["commit"]} (each file\'s: see "Per file")',
         f"- Python {platform.python_version()}, jax {versions[0]}, equinox {versions[-1]}; "
         f"{platform.platform()}; {os.cpu_count()} CPUs",
         f"- Time, summed over the {ctx['n_files']} files' pytest processes (run "
         f"{ctx['jobs']} at a time, on a shared machine): collecting with diffrax "
         f"{ctx['collect_seconds']:.0f} s; diffrax itself {ctx['reference_seconds']:.0f} s; "
         f"odeckpt {ctx['odeckpt_seconds']:.0f} s"
-        + (f"; diagnostic run {ctx['probe_seconds']:.0f} s." if "probe_seconds" in ctx else "."),
+        + (f"; diagnostic run {ctx['probe_seconds']:.0f} s" if "probe_seconds" in ctx else "")
+        + (
+            f"; warning check {ctx['warncheck_seconds']:.0f} s"
+            if "warncheck_seconds" in ctx
+            else ""
+        )
+        + ".",
         "",
     ]
 
@@ -734,6 +829,15 @@ def summary_lines(ctx: dict, outcomes: dict, reference: dict) -> list[str]:
     return lines
 
 
+def _limits(ctx: dict) -> str:
+    """The per-test limit, or each file's where results reused ran under another."""
+    limits = ctx.get("file_timeouts") or {}
+    if len(set(limits.values()) | {ctx["timeout"]}) == 1:
+        return f"{ctx['timeout']} s"
+    other = [f"{f}: {t} s" for f, t in sorted(limits.items()) if t != ctx["timeout"]]
+    return f"{ctx['timeout']} s ({'; '.join(other)})"
+
+
 def setup_lines(ctx: dict) -> list[str]:
     renames = ", ".join(f"`{old} = odeckpt.{new}`" for old, new in RENAMES.items())
     private = "; ".join(f"`{m}`: {', '.join(sorted(n))}" for m, n in ctx["private"].items())
@@ -743,7 +847,7 @@ def setup_lines(ctx: dict) -> list[str]:
         "diffrax's `test/` is copied to a temporary directory and run there with its "
         '`conftest.py` unchanged (float64, `jax_numpy_dtype_promotion="strict"`, '
         '`jax_numpy_rank_promotion="raise"`) and its pytest options, each file in its '
-        f"own pytest process, a per-test limit of {ctx['timeout']} s. `diffrax` is a "
+        f"own pytest process, a per-test limit of {_limits(ctx)}. `diffrax` is a "
         "generated package first on `PYTHONPATH` (the run checks `diffrax.__file__`), "
         "with name bindings only:",
         "",
@@ -787,7 +891,7 @@ def scope_lines(scope: dict) -> list[str]:
     ]
 
 
-def file_lines(outcomes: dict, reference: dict, seconds: dict) -> list[str]:
+def file_lines(outcomes: dict, reference: dict, seconds: dict, commits: dict) -> list[str]:
     rows = []
     for file_name in sorted({file_of(i) for i in outcomes}):
         mine = [o for i, o in outcomes.items() if file_of(i) == file_name]
@@ -805,6 +909,7 @@ def file_lines(outcomes: dict, reference: dict, seconds: dict) -> list[str]:
                 "yes" if imports else "**no**",
                 f"{seconds[file_name]:.0f}",
                 ref.get("seconds", "?"),
+                commits.get(file_name) or "?",
             ]
         )
     header = [
@@ -816,8 +921,13 @@ def file_lines(outcomes: dict, reference: dict, seconds: dict) -> list[str]:
         "imports",
         "odeckpt s",
         "diffrax s",
+        "odeckpt commit",
     ]
-    return ["## Per file", "", *_table(header, rows), ""]
+    note = (
+        "The odeckpt commit is the one each file's tests ran against (a file's results "
+        "are reused from `--workdir` when it holds them)."
+    )
+    return ["## Per file", "", note, "", *_table(header, rows), ""]
 
 
 def reason_table(outcomes: dict) -> list[str]:
@@ -933,13 +1043,22 @@ def probe_lines(probe: dict, scope: dict, ctx: dict) -> list[str]:
 
 
 def write_report(
-    out: Path, ctx: dict, scope: dict, outcomes: dict, reference: dict, probe: dict | None
+    out: Path,
+    ctx: dict,
+    scope: dict,
+    outcomes: dict,
+    reference: dict,
+    probe: dict | None,
+    checked: dict | None = None,
 ) -> None:
     lines = header_lines(ctx) + summary_lines(ctx, outcomes, reference) + setup_lines(ctx)
-    lines += scope_lines(scope) + file_lines(outcomes, reference, ctx["file_seconds"])
+    lines += scope_lines(scope)
+    lines += file_lines(outcomes, reference, ctx["file_seconds"], ctx["file_commits"])
     lines += reason_lines(outcomes) + missing_lines(outcomes, scope, ctx)
     lines += per_test_lines(outcomes)
     lines += probe_lines(probe, scope, ctx) if probe else []
+    if checked is not None:
+        lines += warning_check_lines(checked, outcomes, ctx.get("warncheck_commits", set()))
     out.write_text("\n".join(lines) + "\n")
     save_reference(out, reference)
 
@@ -959,6 +1078,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--timeout", type=int, default=1800, help="per-test limit, s")
     parser.add_argument("--file-timeout", type=int, default=7200, help="per-file limit, s")
     parser.add_argument("--probe", action="store_true", help="also the diagnostic run")
+    parser.add_argument(
+        "--warning-check",
+        action="store_true",
+        help="also rerun the tests that fail only for a missing warning, not requiring it",
+    )
     parser.add_argument(
         "--workdir",
         type=Path,
@@ -997,6 +1121,8 @@ def measure(args: argparse.Namespace, setup: dict, ctx: dict) -> None:
     ctx["missing"] = scope["names"] - ctx["provided"] - set(OUT_OF_SCOPE_NAMES)
     results = run_files(setup, "odeckpt", files, args)
     ctx["file_seconds"] = {f: r["seconds"] for f, r in results.items()}
+    ctx["file_commits"] = {f: r.get("commit") for f, r in results.items()}
+    ctx["file_timeouts"] = {f: r.get("timeout", args.timeout) for f, r in results.items()}
     ctx["import_names"] = {
         f: import_time_names(setup["run"] / "test" / f, scope["names"]) for f in files
     }
@@ -1009,7 +1135,10 @@ def measure(args: argparse.Namespace, setup: dict, ctx: dict) -> None:
     )
     outcomes = odeckpt_outcomes(results, by_file, reference)
     probe = run_probe(args, setup, ctx, scope, by_file, reference) if args.probe else None
-    write_report(args.out, ctx, scope, outcomes, reference, probe)
+    checked = None
+    if args.warning_check:
+        checked = run_warning_check(args, setup, ctx, results, reference)
+    write_report(args.out, ctx, scope, outcomes, reference, probe, checked)
 
 
 def run_reference(args, setup: dict, by_file: dict, reference: dict, ctx: dict) -> None:
@@ -1033,6 +1162,56 @@ def run_probe(args, setup: dict, ctx: dict, scope: dict, by_file: dict, referenc
     return odeckpt_outcomes(results, by_file, reference)
 
 
+def unwarned_ids(results: dict) -> dict[str, list[str]]:
+    """Per file, the tests that failed only because an expected warning was missing."""
+    found: dict[str, list[str]] = {}
+    for file_name, result in results.items():
+        for event in result["events"]:
+            failed = event["kind"] == "test" and event["outcome"] == "failed"
+            if failed and event.get("exc") == "Failed" and "DID NOT WARN" in event["msg"]:
+                found.setdefault(file_name, []).append(event["id"])
+    return found
+
+
+def run_warning_check(args, setup: dict, ctx: dict, results: dict, reference: dict):
+    """The warning-check run: the tests that failed only for a missing warning, rerun
+    with `pytest.warns` recording instead of requiring, so their value checks run."""
+    limits = (args.timeout, args.file_timeout)
+    checked: dict[str, dict] = {}
+    seconds = 0.0
+    for file_name, ids in sorted(unwarned_ids(results).items()):
+        node_ids = [i.split("/", 1)[1] for i in ids]
+        result = run_pytest(setup, "warncheck", node_ids, [], limits)
+        check_diffrax_location(setup, "warncheck", result["events"])
+        print(f"  warncheck {file_name}: {result['seconds']:.0f} s, status {result['status']}")
+        seconds += result["seconds"]
+        checked.update(odeckpt_outcomes({file_name: result}, {file_name: ids}, reference))
+        ctx.setdefault("warncheck_commits", set()).add(result.get("commit") or "?")
+    ctx["warncheck_seconds"] = seconds
+    return checked
+
+
+def warning_check_lines(checked: dict, outcomes: dict, commits: set) -> list[str]:
+    passed = sum(o["outcome"] == "passed" for o in checked.values())
+    total = len(outcomes)
+    both = sum(o["outcome"] == "passed" for o in outcomes.values()) + passed
+    lines = [
+        "## Diagnostic: the tests that fail only for a missing warning",
+        "",
+        "Not the measurement: the tests that failed because a warning diffrax emits was "
+        "not emitted (`pytest.warns` raised `DID NOT WARN`, before the test compares "
+        "any value) rerun with `pytest.warns` recording warnings instead of requiring "
+        "them (`--warning-check`), so that the values they check are checked.",
+        "",
+        f"- Rerun: {len(checked)}; pass: {passed} (odeckpt commit: "
+        f"{', '.join(sorted(commits)) or '?'}).",
+        f"- In-scope tests that pass, counting these: {both} of {total} ({_pct(both, total)}).",
+        "",
+    ]
+    failed = {i: o for i, o in checked.items() if o["outcome"] != "passed"}
+    return lines + (per_test_lines(failed, "### Failing in the rerun") if failed else [])
+
+
 def main(argv: list[str]) -> None:
     args = parse_args(argv)
     checkout = args.diffrax.resolve()
@@ -1045,16 +1224,18 @@ def main(argv: list[str]) -> None:
     tmp = args.workdir or Path(tempfile.mkdtemp(prefix="diffrax-suite-"))
     tmp.mkdir(parents=True, exist_ok=True)
     setup = stage(checkout, tmp)
+    setup["commit"] = odeckpt_commit()
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     kept = ["--reference"] if args.reference else []
     kept += ["--probe"] if args.probe else []
+    kept += ["--warning-check"] if args.warning_check else []
     kept += [f"--jobs {args.jobs}", f"--timeout {args.timeout}"]
     kept += ["--files", *args.files] if args.files else []
     ctx = {
         "argv": kept,
         "date": date,
         "diffrax_version": project["version"],
-        "commit": odeckpt_commit(),
+        "commit": setup["commit"],
         "jobs": args.jobs,
         "timeout": args.timeout,
         "dropped": setup["dropped"],

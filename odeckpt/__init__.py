@@ -10,6 +10,7 @@ from ._adjoints import (
     ImplicitAdjoint as ImplicitAdjoint,
     InterpolatingAdjoint as InterpolatingAdjoint,
     ReversibleAdjoint as ReversibleAdjoint,
+    adjoint_rms_seminorm as adjoint_rms_seminorm,
 )
 from ._controllers import (
     AbstractAdaptiveStepSizeController as AbstractAdaptiveStepSizeController,
@@ -29,7 +30,13 @@ from ._core import (
     is_okay as is_okay,
     is_successful as is_successful,
 )
-from ._event import Event as Event, steady_state_event as steady_state_event
+from ._event import (
+    AbstractDiscreteTerminatingEvent as AbstractDiscreteTerminatingEvent,
+    DiscreteTerminatingEvent as DiscreteTerminatingEvent,
+    Event as Event,
+    SteadyStateEvent as SteadyStateEvent,
+    steady_state_event as steady_state_event,
+)
 from ._hvp import hvp as hvp
 from ._interpolation import (
     AbstractGlobalInterpolation as AbstractGlobalInterpolation,

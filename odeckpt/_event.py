@@ -1,10 +1,13 @@
-"""Events: a condition that ends the solve (`Event`), and `steady_state_event`.
+"""Events: a condition that ends the solve (`Event`), and `steady_state_event`; diffrax's
+deprecated discrete terminating events (`DiscreteTerminatingEvent`, `SteadyStateEvent`),
+which become an `Event` with a boolean condition.
 
 The record only holds what the user asked for; the integrator locates the event on
 each accepted step (`odeckpt._integrator.events`), and `docs/events.md` describes how
 and what its derivatives are.
 """
 
+import abc
 from collections.abc import Callable
 
 import equinox as eqx
@@ -116,3 +119,60 @@ def steady_state_event(rtol=None, atol=None, norm: Callable | None = None) -> Ca
         return n(terms.vf(t, y, args)) < a + r * n(y)
 
     return cond_fn
+
+
+class AbstractDiscreteTerminatingEvent(eqx.Module):
+    """diffrax's deprecated event interface (`diffeqsolve(...,
+    discrete_terminating_event=...)`): `__call__(state, **kwargs)` returns a boolean
+    that ends the solve at the end of the first accepted step where it holds. `state`
+    has `tprev` (the step's end) and `y` there; the keyword arguments are `Event`'s
+    and `args`. Prefer `Event` with a boolean `cond_fn(t, y, args, **kwargs)`, which
+    is what this becomes (`as_event`)."""
+
+    @abc.abstractmethod
+    def __call__(self, state, **kwargs):
+        """Whether to stop at the end of the step `state` describes."""
+
+    def as_event(self) -> Event:
+        """The `Event` with this condition."""
+        return Event(_DiscreteCondition(self))
+
+
+class DiscreteTerminatingEvent(AbstractDiscreteTerminatingEvent):
+    """diffrax's deprecated `DiscreteTerminatingEvent(cond_fn)`: `cond_fn(state,
+    **kwargs)` returns whether to stop (see `AbstractDiscreteTerminatingEvent`)."""
+
+    cond_fn: Callable
+
+    def __call__(self, state, **kwargs):
+        return self.cond_fn(state, **kwargs)
+
+
+class SteadyStateEvent(AbstractDiscreteTerminatingEvent):
+    """diffrax's deprecated `SteadyStateEvent(rtol, atol, norm)`: stops where
+    `steady_state_event(rtol, atol, norm)` holds."""
+
+    rtol: float | None = None
+    atol: float | None = None
+    norm: Callable | None = None
+
+    def __call__(self, state, *, args, **kwargs):
+        condition = steady_state_event(self.rtol, self.atol, self.norm)
+        return condition(state.tprev, state.y, args, **kwargs)
+
+
+class DiscreteState(eqx.Module):
+    """What a discrete terminating event reads: `tprev`, the end of the step just
+    accepted, and `y` there (diffrax's names)."""
+
+    tprev: jax.Array
+    y: PyTree
+
+
+class _DiscreteCondition(eqx.Module):
+    """A discrete terminating event as `Event`'s boolean `cond_fn(t, y, args)`."""
+
+    event: AbstractDiscreteTerminatingEvent
+
+    def __call__(self, t, y, args, **kwargs):
+        return self.event(DiscreteState(tprev=t, y=y), args=args, **kwargs)

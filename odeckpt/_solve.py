@@ -19,7 +19,7 @@ from odeckpt._core import RESULTS, as_arrays, concrete, promoted_dtype, raise_if
 from odeckpt._integrator import EventRequest, Integrator, Problem, SaveLayout, SaveRequest
 from odeckpt._solvers import AbstractSolver
 
-from ._event import Event
+from ._event import AbstractDiscreteTerminatingEvent, Event
 from ._progress import AbstractProgressMeter, progress_callback
 from ._saveat import SaveAt, SubSaveAt, save_y, sub_saves
 from ._solution import Solution, build_solution
@@ -35,6 +35,7 @@ from ._validate import (
     check_times,
     check_values,
     check_vector_field,
+    event_from_discrete,
     floating_state,
     known_direction,
 )
@@ -56,6 +57,7 @@ def diffeqsolve(
     throw: bool = True,
     progress_meter: AbstractProgressMeter | None = None,
     event: Event | None = None,
+    discrete_terminating_event: AbstractDiscreteTerminatingEvent | None = None,
 ) -> Solution:
     """Solve `dy/dt = f(t, y, args)` from `t0` to `t1` (either direction).
 
@@ -80,6 +82,9 @@ def diffeqsolve(
             progress from inside the compiled loop; `None` (default) costs nothing.
         event: an `Event` that ends the solve where it triggers (`t1` may then be
             infinite); see `docs/events.md`. `None` (default) costs nothing.
+        discrete_terminating_event: diffrax's deprecated form of a boolean `event`
+            (`DiscreteTerminatingEvent(cond_fn)`, `cond_fn(state, **kwargs)` reading
+            `state.tprev` and `state.y`); warns, and runs as `event`.
 
     Returns:
         A `Solution`.
@@ -91,6 +96,7 @@ def diffeqsolve(
             `throw=True`, if the solve fails (the message names why, and the time
             reached). See `docs/errors.md` for every case.
     """
+    event = event_from_discrete(discrete_terminating_event, event)
     check_inputs(solver, stepsize_controller, adjoint, saveat, max_steps, dt0)
     check_terms(terms, solver, y0)
     term = as_term(terms)

@@ -28,6 +28,7 @@ from .continuous import (
     AbstractContinuousAdjoint as AbstractContinuousAdjoint,
     BacksolveAdjoint as BacksolveAdjoint,
     InterpolatingAdjoint as InterpolatingAdjoint,
+    adjoint_rms_seminorm as adjoint_rms_seminorm,
 )
 from .direct import DirectAdjoint as DirectAdjoint
 from .forward_mode import ForwardMode as ForwardMode

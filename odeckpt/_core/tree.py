@@ -49,9 +49,18 @@ def materialize(ct, like):
 
 def as_arrays(tree):
     """Turn typed Python scalars (how JAX hands weakly typed primals to a custom VJP)
-    back into arrays, so the closure-converted vector field sees what it was traced with."""
+    back into arrays, so the closure-converted vector field sees what it was traced with:
+    weakly typed, as the scalar was (an integer in `args` then multiplies a float64 state
+    under strict promotion, as it did before)."""
     typed = lambda x: isinstance(x, float | int | complex) and hasattr(x, "dtype")  # noqa: E731
-    return jax.tree.map(lambda x: jnp.asarray(x, x.dtype) if typed(x) else x, tree)
+    return jax.tree.map(lambda x: _weak_array(x) if typed(x) else x, tree)
+
+
+def _weak_array(x) -> jax.Array:
+    """A typed Python scalar as a weakly typed array of its dtype (strongly typed only
+    where its dtype is not the one a Python scalar of its kind gets)."""
+    array = jnp.asarray(x)
+    return array if array.dtype == x.dtype else jnp.asarray(x, x.dtype)
 
 
 def all_finite(tree) -> jax.Array:

@@ -31,6 +31,7 @@ from .structure import (
     check_terms as check_terms,
     check_times as check_times,
     check_vector_field as check_vector_field,
+    event_from_discrete as event_from_discrete,
     floating_state as floating_state,
 )
 from .values import check_values as check_values

@@ -1,6 +1,8 @@
 """The structural checks of `diffeqsolve`'s inputs (types, shapes, dtypes, which
 options go together), raised at trace time; see the package docstring."""
 
+import warnings
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -9,7 +11,7 @@ import numpy as np
 from odeckpt._adjoints import AbstractAdjoint
 from odeckpt._controllers import AbstractStepSizeController
 from odeckpt._core import concrete, real_dtype
-from odeckpt._event import Event
+from odeckpt._event import AbstractDiscreteTerminatingEvent, Event
 from odeckpt._saveat import SaveAt, SubSaveAt, sub_saves
 from odeckpt._solvers import AbstractAdaptiveSolver, AbstractSolver
 
@@ -243,6 +245,27 @@ def check_vector_field(term, t0, y0, args) -> None:
                 f"`f(t0, y0, args)` returned {dtype}, but `y0` is {y.dtype}. "
                 "Cast the result, e.g. `dy.astype(y.dtype)`."
             )
+
+
+def event_from_discrete(discrete, event):
+    """diffrax's deprecated `discrete_terminating_event=`: warns, and returns the `Event`
+    it becomes (`event` itself when it is `None`)."""
+    if discrete is None:
+        return event
+    example = "e.g. `odeckpt.DiscreteTerminatingEvent(cond_fn)`"
+    _check_type(discrete, AbstractDiscreteTerminatingEvent, "discrete_terminating_event", example)
+    if event is not None:
+        raise ValueError(
+            "`diffeqsolve` takes one of `event=...` and `discrete_terminating_event=...`, "
+            "not both: pass the conditions together, `Event(cond_fn=(cond1, cond2))`."
+        )
+    warnings.warn(
+        "`diffeqsolve(..., discrete_terminating_event=...)` is deprecated, as in diffrax: "
+        "pass `event=Event(cond_fn)` with a boolean `cond_fn(t, y, args, **kwargs)`.",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return discrete.as_event()
 
 
 def check_event(event, adjoint, t0, y0, args, kwargs: dict) -> tuple[bool, ...]:

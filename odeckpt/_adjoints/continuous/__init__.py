@@ -8,6 +8,9 @@
   `adjoint_ode`: the adjoint ODE and one Runge–Kutta step of it.
 """
 
-from .backsolve import BacksolveAdjoint as BacksolveAdjoint
+from .backsolve import (
+    BacksolveAdjoint as BacksolveAdjoint,
+    adjoint_rms_seminorm as adjoint_rms_seminorm,
+)
 from .base import AbstractContinuousAdjoint as AbstractContinuousAdjoint
 from .interpolating import InterpolatingAdjoint as InterpolatingAdjoint

@@ -6,7 +6,7 @@ import jax
 
 from odeckpt._adjoints.base import DEFAULT_MEMORY_BUDGET, check_checkpoints
 from odeckpt._adjoints.reversible import reconstructing_loop
-from odeckpt._controllers import AbstractLoopController
+from odeckpt._controllers import AbstractLoopController, rms_norm
 from odeckpt._core import batch_size, nbytes
 from odeckpt._solvers import AbstractExplicitSolver
 
@@ -23,6 +23,19 @@ _DRIFTED = (
 )
 """The message `BacksolveAdjoint()` of a reversible solver raises (`throw=True`) where
 its reconstruction of `y0` drifted."""
+
+
+def adjoint_rms_seminorm(x) -> jax.Array:
+    """diffrax's error norm for the backward pass's controller
+    (`BacksolveAdjoint(stepsize_controller=PIDController(norm=adjoint_rms_seminorm))`):
+    the RMS norm of the state and its adjoint, leaving the parameters' adjoint `g` out
+    (Kidger, Chen & Lyons 2021).
+
+    Under odeckpt's continuous adjoints the controller's norm sees only the state and
+    its adjoint already (`seminorm=True`, the default), so this is `rms_norm` of what
+    it is given; it exists so that diffrax code passing it runs. With `seminorm=False`
+    the norm is given `g` too, and so is this one."""
+    return rms_norm(x)
 
 
 class BacksolveAdjoint(AbstractContinuousAdjoint):
