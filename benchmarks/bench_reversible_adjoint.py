@@ -251,11 +251,11 @@ def run(quick: bool) -> Section:
         plots=_plot(points),
         notes=[
             "Two comparisons. Through the same solver, `Reversible(Tsit5())` "
-            "checkpointed: a step costs the same in both, and the reversible backward pass "
-            "evaluates each step twice more (its inverse and its linearisation), so it is "
-            "faster where Revolve needs more than 3 evaluations per step. Against "
-            "`Tsit5()` itself (one Tsit5 step per step, checkpoints of one state): a "
-            "reversible step costs two Tsit5 steps, so the crossover moves to about 8 "
-            "evaluations per step.",
+            "checkpointed (a checkpoint holds `y` and `z`): the reversible gradient "
+            "evaluates each step twice in all (forwards, and once backwards: its inverse, "
+            "linearised as it goes, is the step's linearisation too), the checkpointed one "
+            "Revolve's evaluations per step plus the reversal's. Against `Tsit5()` itself "
+            "(checkpoints of one state): a reversible step costs two Tsit5 steps, so the "
+            "crossover moves to more evaluations per step.",
         ],
     )
