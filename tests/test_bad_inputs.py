@@ -423,9 +423,8 @@ ADJOINTS = [
          "`odeckpt.hvp(f, x, v)`: `v` must be shaped like `x` (the same PyTree structure and "
          "leaf shapes); got x: (2,), v: (3,).",
          lambda: oc.hvp(lambda y0: _solve(y0=y0).ys.sum(), Y0, jnp.ones(3))),
-    Case("`jax.grad` with `ForwardMode()`", "ValueError",
-         "Reverse mode (`jax.grad`, `jax.vjp`, `jax.jacrev`, `jax.hessian`) of `diffeqsolve` "
-         "with `adjoint=ForwardMode()`: this adjoint differentiates in forward mode only",
+    Case("`jax.grad` with `ForwardMode()` (JAX's message)", "ValueError",
+         "Reverse-mode differentiation does not work for lax.while_loop",
          lambda: _grad(lambda y0: _solve(y0=y0, adjoint=oc.ForwardMode()).ys.sum(), Y0)),
     Case("`jax.jvp` with `CheckpointAdjoint()`", "ValueError",
          "`jax.jvp`/`jax.jacfwd` of `diffeqsolve` with `adjoint=CheckpointAdjoint()`: this "
@@ -500,6 +499,17 @@ EVENTS = [
          "`diffeqsolve(event=...)` expects an `Event` (e.g. `odeckpt.Event(cond_fn)`); got "
          "function.",
          lambda: _solve(event=_cond)),
+    Case("`discrete_terminating_event` not an `AbstractDiscreteTerminatingEvent`", "TypeError",
+         "`diffeqsolve(discrete_terminating_event=...)` expects an "
+         "`AbstractDiscreteTerminatingEvent` (e.g. `odeckpt.DiscreteTerminatingEvent(cond_fn)`); "
+         "got function.",
+         lambda: _solve(discrete_terminating_event=lambda state, **kwargs: True)),
+    Case("both `event` and `discrete_terminating_event`", "ValueError",
+         "`diffeqsolve` takes one of `event=...` and `discrete_terminating_event=...`, not both: "
+         "pass the conditions together, `Event(cond_fn=(cond1, cond2))`.",
+         lambda: _solve(event=oc.Event(lambda t, y, args, **kw: y[0] - 0.5),
+                        discrete_terminating_event=oc.DiscreteTerminatingEvent(
+                            lambda state, **kw: state.tprev > 0.5))),
     Case("event condition returning a vector", "ValueError",
          "`Event(cond_fn=...)` conditions must return a real floating or boolean scalar; "
          "condition 0 returned float64[2]. Reduce or cast it.",

@@ -19,20 +19,10 @@ with (told from those of `jax.vjp` by tracing an identity with each once). The s
 is seen where the inner reverse pass linearises the solve: an identity with a custom
 JVP, whose rule receives the values the linearisation starts from; under an outer
 reverse pass those are that pass's tracers. A solve traced on its own first
-(`jax.jvp(jax.jit(f))`) is seen by neither, and gets JAX's message.
-
-Reverse mode of a `ForwardMode()` solve (`AbstractAdjoint.reverse_mode` false) cannot
-be refused from the inputs: `jax.vjp` and `jax.linearize` trace a solve alike, and
-`jax.linearize` (forward mode) goes through it. It is refused where the two part:
-transposition. The solve's outputs pass through an identity with a custom JVP whose
-tangent goes through `jax.custom_derivatives.linear_call` (an identity) with a
-transpose that raises. Reverse mode transposes the outputs' tangents before the loop's
-(the loop comes first in the linear program), so the message is raised before JAX's
-("a `lax.while_loop` cannot be transposed"); forward mode never transposes, and the
-identity compiles to nothing. `linear_call` has no `jax.vmap` rule, so a batched tree
-(the tangents of `jax.jacfwd`, a loss under `jax.vmap`) goes through it whole, from a
-`custom_vmap` rule; and JAX's JVP of `linear_call` passes symbolic zeros on, so the
-identity has its own JVP (itself again), for forward over forward.
+(`jax.jvp(jax.jit(f))`) is seen by neither, and gets JAX's message. Reverse mode of a
+`ForwardMode()` solve is left to JAX, whose message says that a `lax.while_loop` cannot
+be transposed: `jax.vjp` and `jax.linearize` trace alike, and `jax.linearize` (forward
+mode) goes through it.
 """
 
 import functools as ft
@@ -40,8 +30,6 @@ import functools as ft
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jax import custom_batching
-from jax.custom_derivatives import linear_call
 
 _FORWARD_THROUGH_VJP = (
     "`jax.jvp`/`jax.jacfwd` of `diffeqsolve` with `adjoint={name}`: this adjoint "
@@ -58,20 +46,12 @@ _REVERSE_OVER_REVERSE = (
     "adjoint and memory: `jax.jvp(jax.grad(f), (x,), (v,))` (a Hessian-vector "
     "product), `jax.hessian(f)` or `jax.jacfwd(jax.grad(f))`."
 )
-_REVERSE_THROUGH_FORWARD = (
-    "Reverse mode (`jax.grad`, `jax.vjp`, `jax.jacrev`, `jax.hessian`) of `diffeqsolve` "
-    "with `adjoint={name}`: this adjoint differentiates in forward mode only (its loop "
-    "is a `lax.while_loop`, which JAX cannot transpose). Use `adjoint=CheckpointAdjoint()` "
-    "for reverse mode, and forward over reverse with it for second derivatives "
-    "(`jax.hessian(f)`, `jax.jvp(jax.grad(f), (x,), (v,))`); with `{name}` take forward "
-    "mode only: `jax.jvp`, `jax.jacfwd`, and `jax.jacfwd(jax.jacfwd(f))` for a Hessian."
-)
 
 
 @ft.cache
-def _tracer_types() -> tuple[type, type, type]:
-    """The tracer types `jax.jvp`, `jax.vjp` and `jax.vmap` trace a function with (found
-    once: they are JAX's classes, the same for every solve)."""
+def _tracer_types() -> tuple[type, type]:
+    """The tracer types `jax.jvp` and `jax.vjp` trace a function with (found once: they
+    are JAX's classes, the same for every solve)."""
     seen = []
 
     def probe(x):
@@ -80,8 +60,7 @@ def _tracer_types() -> tuple[type, type, type]:
 
     _ = jax.jvp(probe, (1.0,), (1.0,))
     _ = jax.vjp(probe, 1.0)
-    _ = jax.vmap(probe)(jnp.zeros(1))
-    return seen[0], seen[1], seen[2]
+    return seen[0], seen[1]
 
 
 def check_autodiff(adjoint, problem, state0):
@@ -89,12 +68,12 @@ def check_autodiff(adjoint, problem, state0):
     to them go through `adjoint`; raises `ValueError` naming what works otherwise.
     Under reverse mode their floating leaves pass through an identity that refuses a
     second reverse pass (see the module docstring)."""
-    forward, reverse, _ = _tracer_types()
+    forward, reverse = _tracer_types()
     if forward is reverse:  # JAX's reverse mode traced as forward mode: cannot tell
         return problem, state0
     leaves = jax.tree.leaves((problem, state0))
     name = f"{type(adjoint).__name__}()"
-    if adjoint.forward_mode:  # JAX differentiates its loop (reverse: `check_reverse_mode`)
+    if adjoint.forward_mode:  # JAX's reverse mode fails on its loop, with JAX's message
         return problem, state0
     if any(isinstance(x, forward) for x in leaves):
         raise ValueError(_FORWARD_THROUGH_VJP.format(name=name))
@@ -108,42 +87,6 @@ def check_autodiff(adjoint, problem, state0):
         return primals[0], tangents[0]
 
     return eqx.combine(guard(dynamic), static)
-
-
-def check_reverse_mode(adjoint, output):
-    """`output` (the loop's), unchanged; for an adjoint without reverse mode its floating
-    leaves pass through an identity whose tangent refuses to be transposed, with a
-    message naming what works (see the module docstring)."""
-    if adjoint.reverse_mode:
-        return output
-    message = _REVERSE_THROUGH_FORWARD.format(name=f"{type(adjoint).__name__}()")
-    dynamic, static = eqx.partition(output, eqx.is_inexact_array)
-    return eqx.combine(_untransposable(message)(dynamic), static)
-
-
-def _untransposable(message: str):
-    """An identity on a PyTree whose tangent's transpose raises `ValueError(message)`."""
-    batched = _tracer_types()[2]
-
-    def refuse(_, cotangent):
-        raise ValueError(message)
-
-    def through(tree):
-        """`tree`, through `linear_call` at the level where it is not batched."""
-        if any(isinstance(x, batched) for x in jax.tree.leaves(tree)):
-            return unbatched(tree)
-        return no_transpose(tree)
-
-    # JAX's JVP of `linear_call` passes a symbolic zero tangent on (forward over
-    # forward would fail), so the tangent of this identity is itself again.
-    no_transpose = jax.custom_jvp(lambda tree: linear_call(lambda _, t: t, refuse, (), tree))
-    _ = no_transpose.defjvp(lambda primals, tangents: (through(*primals), through(*tangents)))
-    # `linear_call` has no `jax.vmap` rule: a batched tree goes through it whole.
-    unbatched = custom_batching.custom_vmap(lambda tree: tree)
-    _ = unbatched.def_vmap(lambda axis_size, in_batched, tree: (through(tree), in_batched[0]))
-    guard = jax.custom_jvp(lambda tree: tree)
-    _ = guard.defjvp(lambda primals, tangents: (primals[0], through(tangents[0])))
-    return guard
 
 
 def check_hvp_tangent(x, v):
