@@ -85,4 +85,4 @@ def test_refusals():
         oc.diffeqsolve(_decay, oc.Tsit5(), 0.0, 1.0, 0.1, 2.0, 0.7,
                        discrete_terminating_event=lambda state: True)  # fmt: skip
     with pytest.raises(ValueError, match="does not differentiate event times"):
-        _solve(2.0, 0.7, _past(1.5), adjoint=oc.BacksolveAdjoint())
+        _solve(2.0, 0.7, _past(1.5), adjoint=oc.ReversibleAdjoint())

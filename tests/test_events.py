@@ -50,6 +50,23 @@ def test_ballistic_time_and_velocity():
     assert abs(float(sol.ys[0, 0])) < 1e-12
 
 
+@pytest.mark.parametrize("adjoint", [oc.CheckpointAdjoint(), oc.InterpolatingAdjoint()])
+def test_solver_state_at_the_event_is_the_field_there(adjoint):
+    """A step cut short at a crossing ends with its FSAL stage evaluated afresh at t*:
+    `sol.solver_state` is f(t*, y*) = (v*, -g), and so is its derivative."""
+
+    def final_stage(params):
+        sol = oc.diffeqsolve(_ballistic, oc.Tsit5(), 0.0, 10.0, 0.01, params[:2], params[2],
+                             event=oc.Event(_height), stepsize_controller=TIGHT, adjoint=adjoint,
+                             saveat=oc.SaveAt(t1=True, solver_state=True))  # fmt: skip
+        return sol.solver_state
+
+    np.testing.assert_allclose(final_stage(P), [_fall_exact(P)[1], -P[2]], rtol=0, atol=1e-10)
+    got = jax.grad(lambda p: final_stage(p)[0])(P)
+    want = jax.grad(lambda p: _fall_exact(p)[1])(P)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-8)
+
+
 @pytest.mark.parametrize(
     "adjoint, output",
     [

@@ -191,7 +191,13 @@ class Integrator(eqx.Module):
         )  # fmt: skip
         record = Record(DenseStep(state.t, state.t_next, state.y, out.coeffs), out.y1)
         if problem.event is not None:
+            end = new.t
             new, record = event_step(problem, state, new, record, accepted)
+            # Cut short at a crossing: the carried state (an FSAL stage) is evaluated
+            # afresh there, as after a jump (`sol.solver_state` is the solver's at t*).
+            fresh = fresh_stage(self.solver, problem, new.t != end, new.t, new.y,
+                                new.solver_state)  # fmt: skip
+            new = eqx.tree_at(lambda s: s.solver_state, new, fresh)
         return new, record, accepted
 
     def record_decisions(self, new: State, accepted) -> RecordedDecisions:
