@@ -160,6 +160,7 @@ def test_default_checkpoints_count_the_whole_batch(monkeypatch):
     np.testing.assert_allclose(g, np.full(2, np.exp(-1.0)), rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_interpolating_default_counts_the_whole_batch(monkeypatch):
     """Every step's dense polynomial of a 2-D solve with `max_steps=4096` is ~0.4 MB:
     stored. Under `jax.vmap` over 512 initial values it is ~200 MB: the default

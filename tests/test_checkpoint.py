@@ -186,7 +186,10 @@ def test_equinox_module_parameters_get_gradients():
     assert float(jnp.max(jnp.abs(stored.layer.weight))) > 0
 
 
-@pytest.mark.parametrize(("c", "schedule"), [(3, "table"), (3, "traced"), (None, "all")])
+@pytest.mark.parametrize(
+    ("c", "schedule"),
+    [pytest.param(3, "table", marks=pytest.mark.slow), (3, "traced"), (None, "all")],
+)
 def test_vmapped_gradients_equal_unbatched(c, schedule, monkeypatch):
     """Batch elements take different numbers of steps: the loops run while any element
     goes on, and the finished ones must neither move nor gain gradient."""

@@ -34,7 +34,12 @@ EXAMPLES = [
         id="neural_ode",
     ),
     pytest.param(
-        "damped_system", ["--quick"], ["damped_system.png"], "gradient error", id="damped_system"
+        "damped_system",
+        ["--quick"],
+        ["damped_system.png"],
+        "gradient error",
+        id="damped_system",
+        marks=pytest.mark.slow,
     ),
     pytest.param(
         "bouncing_ball",
@@ -49,6 +54,7 @@ EXAMPLES = [
         ["memory_tradeoff.png"],
         "every c gives the same gradient",
         id="memory_tradeoff",
+        marks=pytest.mark.slow,
     ),
     pytest.param(  # compiles a gradient and a Hessian-vector product: ~20 s
         "parameter_fit_newton",
