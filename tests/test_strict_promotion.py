@@ -136,8 +136,7 @@ _QUICK = {
     "euler-constant", "step_to", "pid-pcoeff-f32",
     "checkpoint_3-t0_t1-reversed", "interpolating-ts", "backsolve-t0_t1",
     "interpolating-f32-f64_times", "backsolve-f32-f64_times",
-    "f32-dense", "f32-rodas5p", "forward_mode-jvp", "grad_t1", "throw_false",
-    "progress_meter", "traced_schedule-constant",
+    "f32-rodas5p", "forward_mode-jvp", "grad_t1", "progress_meter",
 }  # fmt: skip
 
 
