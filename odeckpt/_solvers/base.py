@@ -199,9 +199,16 @@ class AbstractStratonovichSolver(AbstractSolver):
 
 class AbstractWrappedSolver(AbstractSolver):
     """Wraps another solver, `solver`; `isinstance` checks against the abstract solver
-    classes answer true when they hold for the wrapped solver."""
+    classes answer true when they hold for the wrapped solver. Its order, error order
+    and initial state are the wrapped solver's unless a subclass says otherwise."""
 
     solver: eqx.AbstractVar[AbstractSolver]
+
+    def order(self, terms: AbstractTerm) -> int | None:
+        return self.solver.order(terms)
+
+    def error_order(self, terms: AbstractTerm) -> int | None:
+        return self.solver.error_order(terms)
 
     def init(self, term, t0, y0, args):
         return self.solver.init(term, t0, y0, args)

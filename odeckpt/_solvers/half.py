@@ -33,9 +33,6 @@ class HalfSolver(AbstractAdaptiveSolver, AbstractWrappedSolver):
         """The wrapped solver's (a tuple of terms for `SemiImplicitEuler`)."""
         return self.solver.term_structure
 
-    def order(self, terms) -> int | None:
-        return self.solver.order(terms)
-
     def error_order(self, terms) -> int | None:
         """One more than the wrapped solver's order: the two results differ by the
         wrapped solver's local error, of that order plus one."""

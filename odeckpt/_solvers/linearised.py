@@ -75,12 +75,6 @@ class LinearisedStep(AbstractWrappedSolver):
     output: StepOutput
     pullback: Callable
 
-    def order(self, terms) -> int | None:
-        return self.solver.order(terms)
-
-    def error_order(self, terms) -> int | None:
-        return self.solver.error_order(terms)
-
     @property
     def evals_per_step(self) -> int:
         return 0
