@@ -214,6 +214,34 @@ def test_whole_and_transformed_newton_steps_agree(n):
     np.testing.assert_allclose(lhs, -z + h * jnp.asarray(TAB.matrix) @ fields, atol=1e-10)
 
 
+def test_starting_values_extrapolate_the_previous_polynomial():
+    """`u(1 + c_i h / h_old) - u(1)` for the old step's polynomial `u`, evaluated here
+    with NumPy's polynomial class; zero before the first step."""
+    rows = np.asarray(jax.random.normal(jax.random.key(1), (3, 2)))
+    previous = rd.Extrapolation(jnp.asarray(rows), jnp.asarray(0.5))
+    got = rd.starting_stages(TAB, jnp.asarray(0.2), previous)
+    for j in range(2):
+        u = np.polynomial.Polynomial(np.concatenate([[0.0], rows[:, j]]))
+        expected = u(1 + np.asarray(TAB.c) * 0.2 / 0.5) - u(1.0)
+        np.testing.assert_allclose(got[:, j], expected, rtol=1e-13)
+    no_step_yet = rd.Extrapolation(previous.rows, jnp.asarray(0.0))
+    first = rd.starting_stages(TAB, jnp.asarray(0.2), no_step_yet)
+    assert not np.any(np.asarray(first))
+
+
+def test_the_state_carries_the_accepted_steps_polynomial():
+    """After a solve the state holds the last step's collocation polynomial (its dense
+    output) and size; a checkpoint must store it (`init` cannot rebuild it)."""
+    sol = oc.diffeqsolve(van_der_pol, SOLVER, 0.0, 0.5, 0.1, jnp.array([2.0, 0.0]), 5.0,
+                         saveat=oc.SaveAt(t1=True, solver_state=True))  # fmt: skip
+    state = sol.solver_state
+    assert not SOLVER.state_rebuildable
+    np.testing.assert_allclose(state.h, 0.1, rtol=1e-12)
+    # u(1) is the last step's increment y(0.5) - y(0.4); u(0) = 0
+    y04 = oc.diffeqsolve(van_der_pol, SOLVER, 0.0, 0.4, 0.1, jnp.array([2.0, 0.0]), 5.0).ys[0]
+    np.testing.assert_allclose(np.sum(state.rows, axis=0), sol.ys[0] - y04, rtol=1e-12)
+
+
 @slow
 def test_newton_failure_rejects_the_step():
     """Two iterations are too few for a step of 0.5 on Van der Pol (mu = 1000): the
@@ -283,7 +311,8 @@ def stored_gradient():
 
 
 def test_checkpoints_do_not_change_the_gradient(stored_gradient):
-    """Bit for bit: a replayed step repeats the forward step (nothing carried)."""
+    """Bit for bit: a replayed step repeats the forward step (its starting values come
+    from the stored solver state)."""
     replayed = jax.jit(jax.grad(_vdp_loss(oc.CheckpointAdjoint(checkpoints=3))))(jnp.asarray(5.0))
     assert replayed == stored_gradient
 

@@ -124,4 +124,5 @@ IMEX: tuple[type[AbstractIMEX], ...] = (Sil3, KenCarp3, KenCarp4, KenCarp5)
 
 STATEFUL: tuple[type[AbstractSolver], ...] = (LeapfrogMidpoint, ReversibleHeun)
 """The solvers whose state a checkpoint stores (`state_rebuildable` false): multistep
-and reversible methods (the tests parametrise over it)."""
+and reversible methods (the tests parametrise over it). `RadauIIA5`'s state is stored
+too, but it holds only the Newton iteration's starting values (`tests/test_radau.py`)."""

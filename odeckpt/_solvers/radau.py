@@ -5,11 +5,17 @@ stiffly accurate), as in Hairer & Wanner's RADAU5.
 `i = 1..3`, the `3n` equations `z = h (A (x) I) F(z)`, `F_i = f(t0 + c_i h, y0 +
 z_i)`, and returns `y1 = y0 + z_3`. Simplified Newton iterates `(I - h A (x) J) dz =
 -z + h (A (x) I) F(z)` with `J = df/dy(t0, y0)`, formed afresh at the start of every
-step (`n` forward-mode products) and not carried to the next: a step is a function of
-`(t, y, args)` alone, so a step replayed from a checkpoint repeats the forward pass
-bit for bit. Starting values are `z = 0` (RADAU5's choice on its first step: it
-extrapolates the previous step's collocation polynomial afterwards, which would carry
-state across steps). The stopping rule is the ESDIRKs' (`newton.verdict`): a
+step (`n` forward-mode products) and not carried to the next. **Starting values**
+are RADAU5's: the previous accepted step's collocation polynomial, extrapolated to the
+new stage times (`z_i = u(1 + c_i h / h_old) - u(1)`, `u` the polynomial of the
+increments over the old step), and `z = 0` on the first step. The solver state carries
+that polynomial and its step size (`3n + 1` numbers), so checkpoints store it
+(`state_rebuildable` is false) and a step replayed from a checkpoint repeats the
+forward pass bit for bit; the starting values change how many iterations a step takes,
+not its solution (up to the Newton tolerance) nor its derivatives (implicit function
+theorem below). On Van der Pol (mu = 1000) with tight Newton tolerances they halve the
+Newton failures that reject steps (`benchmarks/RESULTS.md`, section "radau"). The
+stopping rule is the ESDIRKs' (`newton.verdict`): a
 diverging or stalling iteration, or one past `max_iters`, fails the step: it returns
 `y_error = inf` (an adaptive controller rejects it and shrinks `h`, which makes Newton
 converge) and, with constant steps, ends the solve with
@@ -152,9 +158,29 @@ def radau_newton(tableau, flat: la.Flat, times, h, system, z0, options: NewtonOp
     return it.z, it.converged, it.count
 
 
-def starting_stages(tableau: RadauTableau, h, f0):
-    """The Newton iteration's starting stage increments: zero (see the module docstring)."""
-    return jnp.zeros((len(tableau.c), f0.shape[0]), f0.dtype)
+class Extrapolation(eqx.Module):
+    """The solver state: the last accepted step's collocation polynomial.
+
+    Attributes:
+        rows: `r_j` (3 x n, flat) of `u(theta) = sum_j r_j theta^(j+1)`, the stage
+            increments' polynomial over the step (`theta` in `[0, 1]`).
+        h: that step's size; 0 before the first step (no polynomial yet).
+    """
+
+    rows: jax.Array
+    h: jax.Array
+
+
+def starting_stages(tableau: RadauTableau, h, previous: Extrapolation):
+    """The Newton iteration's starting stage increments (see the module docstring):
+    the previous polynomial extrapolated to this step's stages, zero without one."""
+    rows, dtype = previous.rows, previous.rows.dtype
+    ratio = h / jnp.where(previous.h > 0, previous.h, 1)
+    theta = 1 + jnp.asarray(tableau.c, dtype) * ratio
+    powers = jnp.stack([theta**j - 1 for j in range(1, rows.shape[0] + 1)], axis=1)
+    guess = powers @ rows  # u(theta_i) - u(1)
+    usable = (previous.h > 0) & jnp.all(jnp.isfinite(guess))
+    return jnp.where(usable, guess, jnp.zeros_like(guess))
 
 
 def solve_stages(tableau, flat: la.Flat, times, h, system, guess, options):
@@ -235,9 +261,16 @@ class RadauIIA5(AbstractNewtonSolver, AbstractAdaptiveSolver):
         forward-mode products more.)"""
         return 5
 
-    def init(self, term, t0, y0, args):
-        """No state is carried between steps (see the module docstring): `()`."""
-        return ()
+    @property
+    def state_rebuildable(self) -> bool:
+        """False: the state is the last step's polynomial, which `init` cannot rebuild."""
+        return False
+
+    def init(self, term, t0, y0, args) -> Extrapolation:
+        """No polynomial yet: the first step starts its iteration from `z = 0`."""
+        y = la.flatten(term, y0, args).y
+        return Extrapolation(jnp.zeros((len(RADAU_IIA5.c), *y.shape), y.dtype),
+                             jnp.zeros((), y.dtype))  # fmt: skip
 
     def step(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
         tableau, flat = RADAU_IIA5, la.flatten(term, y0, args)
@@ -249,14 +282,13 @@ class RadauIIA5(AbstractNewtonSolver, AbstractAdaptiveSolver):
         system = newton_system(tableau, jac, la.stop_gradients(h), whole=whole)
         times = [t0 + c * dt for c in tableau.c]
         options = NewtonOptions(self.rtol, self.atol, self.max_iters)
-        guess = starting_stages(tableau, la.stop_gradients(h), la.stop_gradients(f0))
+        guess = starting_stages(tableau, la.stop_gradients(h), la.stop_gradients(solver_state))
         z, converged = solve_stages(tableau, flat, times, h, system, guess, options)
         y1 = jnp.where(converged, flat.y + z[-1], jnp.nan)
         error = error_estimate(tableau, flat, t0, h, f0, z, system)
         error = jnp.where(converged, error, jnp.inf)
-        coeffs = None
-        if dense:
-            rows = jnp.asarray(tableau.dense, z.dtype) @ z
-            coeffs = la.unravel_rows(flat, rows)
+        rows = jnp.asarray(tableau.dense, z.dtype) @ z
+        coeffs = la.unravel_rows(flat, rows) if dense else None
+        state = Extrapolation(la.stop_gradients(rows), la.stop_gradients(h))
         failure = jnp.where(converged, RESULTS.successful, RESULTS.implicit_solve_failed)
-        return StepOutput(flat.unravel(y1), flat.unravel(error), (), coeffs, failure)
+        return StepOutput(flat.unravel(y1), flat.unravel(error), state, coeffs, failure)
