@@ -235,11 +235,11 @@ class RadauIIA5(AbstractNewtonSolver, AbstractAdaptiveSolver):
         forward-mode products more.)"""
         return 5
 
-    def init(self, term, t0, y0, args):
+    def init_state(self, term, t0, y0, args):
         """No state is carried between steps (see the module docstring): `()`."""
         return ()
 
-    def step(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
+    def attempt(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
         tableau, flat = RADAU_IIA5, la.flatten(term, y0, args)
         h = dt.astype(flat.y.dtype)
         f0 = flat.f(t0, flat.y)
