@@ -161,9 +161,14 @@ EXAMPLES = (
             ("steps_strategy=(500, 500),", "steps_strategy=(100, 100),"),
             ("print_every=100,", "print_every=20,"),
         ),
-        rtol=1e-3,
-        atol=1e-5,
-        why_tolerance=TRAINING,
+        rtol=1e-2,
+        atol=1e-2,
+        why_tolerance=(
+            "the example solves at rtol=1e-3, and the two libraries' adaptive steps "
+            "differ at round-off level (the first loss of the second phase, on the full "
+            "series, agrees to ~6e-5); the optimiser's 200 steps amplify that: losses "
+            "to 1e-2 relative, the O(1) parameters to 1e-2 absolute"
+        ),
     ),
     Example(
         "nonlinear heat PDE",

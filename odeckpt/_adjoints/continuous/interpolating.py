@@ -106,7 +106,7 @@ def _re_solve(solver, problem: Problem, tape: Tape, every: int, q, n) -> DenseIn
     y = jax.tree.map(lambda x: x[q], tape.anchor_y)
     k = jax.tree.map(lambda x: x[q], tape.anchor_k)
     t = tape.grid[0]
-    shape = eqx.filter_eval_shape(solver.step, problem.term, t, t, y, k, problem.args)
+    shape = eqx.filter_eval_shape(solver.attempt, problem.term, t, t, y, k, problem.args)
     rows = jax.tree.map(lambda s: jnp.zeros((every, *s.shape), s.dtype), shape.coeffs)
     ends = jnp.full((every,), jnp.inf, t.dtype)
     starts = jnp.zeros((every,), t.dtype)
