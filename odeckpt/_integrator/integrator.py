@@ -97,7 +97,7 @@ class Integrator(eqx.Module):
         report: progress callback `(t0, t1, t, i, final=False) -> None`, or `None`.
         locates_events: the solve has an `Event` (`Problem.event`): every step
             computes its dense output, on which crossings are located.
-        stores_solver_state: checkpoints keep the solver state even where `init`
+        stores_solver_state: checkpoints keep the solver state even where `init_state`
             could rebuild it (`storing_solver_state`).
     """
 
@@ -223,7 +223,7 @@ class Integrator(eqx.Module):
         return (state.t < problem.t1) & (state.result == RESULTS.successful)
 
     def compress(self, state: State) -> Checkpoint:
-        """The checkpoint of `state`: its solver state only where `init` cannot rebuild
+        """The checkpoint of `state`: its solver state only where `init_state` cannot rebuild
         it (`AbstractSolver.state_rebuildable`) or it is asked to be kept
         (`stores_solver_state`)."""
         kept = None if self._rebuilds else state.solver_state
@@ -238,7 +238,7 @@ class Integrator(eqx.Module):
 
     @property
     def _rebuilds(self) -> bool:
-        """Whether a restore rebuilds the solver state with `init` (one evaluation of
+        """Whether a restore rebuilds the solver state with `init_state` (one evaluation of
         the vector field where `AbstractSolver.carries_first_stage`)."""
         return self.solver.state_rebuildable and not self.stores_solver_state
 

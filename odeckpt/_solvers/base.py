@@ -161,9 +161,9 @@ class AbstractSolver(eqx.Module, **_METACLASS):
     @property
     def carries_first_stage(self) -> bool:
         """Whether the state the steps carry holds a vector-field evaluation that
-        `init` makes and the next step reads instead of evaluating it (FSAL Runge–Kutta
+        `init_state` makes and the next step reads instead of evaluating it (FSAL Runge–Kutta
         methods: the first stage `f(t, y)`, which the step before computed as its last).
-        A checkpoint restored by `init` then costs one evaluation, unless it stores the
+        A checkpoint restored by `init_state` then costs one evaluation, unless it stores the
         state (`CheckpointAdjoint` decides from its memory budget). False (the default)
         for a method whose step evaluates all it needs from `(t, y)`: its restores cost
         nothing."""
@@ -207,7 +207,7 @@ class AbstractReversibleSolver(AbstractSolver):
 
     @abc.abstractmethod
     def reverse_step(self, term, t0, dt, y1, solver_state, args) -> tuple[Y, PyTree]:
-        """The inverse of `step(term, t0, dt, ...)`: `(y0, solver_state0)` from the
+        """The inverse of `attempt(term, t0, dt, ...)`: `(y0, solver_state0)` from the
         state `(y1, solver_state)` at `t0 + dt`."""
 
     def linearised_reverse_step(
@@ -215,7 +215,7 @@ class AbstractReversibleSolver(AbstractSolver):
     ) -> "tuple[Y, PyTree, AbstractSolver] | None":
         """`reverse_step`, and the step it undoes, linearised where the inverse
         evaluated it: `(y0, solver_state0, step)` with `step` a `LinearisedStep` that
-        replays `step(term, t0, dt, y0, solver_state0, args, dense)` without evaluating
+        replays `attempt(term, t0, dt, y0, solver_state0, args, dense)` without evaluating
         it again. `None` (the default): the solver has no such inverse, and a replay
         evaluates the step."""
         del term, t0, dt, y1, solver_state, args, dense

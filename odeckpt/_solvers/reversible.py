@@ -246,7 +246,7 @@ class Reversible(AbstractAdaptiveSolver, AbstractReversibleSolver):
         return y0, z0, LinearisedStep(self, output, pullback)
 
     def reverse_step(self, term, t0, dt, y1, solver_state, args):
-        """`(y0, z0)` from `(y1, z1)`: undoes `step(term, t0, dt, ...)` up to round-off."""
+        """`(y0, z0)` from `(y1, z1)`: undoes `attempt(term, t0, dt, ...)` up to round-off."""
         z1 = solver_state
         from_y = _base_step(self.solver, term, t0 + dt, -dt, y1, args, False)
         z0 = _plus_minus(z1, from_y.y1, y1)

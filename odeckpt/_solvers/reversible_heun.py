@@ -84,7 +84,7 @@ class ReversibleHeun(AbstractAdaptiveSolver, AbstractStratonovichSolver, Abstrac
 
     def reverse_step(self, term, t0, dt, y1, solver_state, args):
         """`(y0, (yhat0, vf0))` from `(y1, (yhat1, vf1))`: the step with `-dt` from
-        `t0 + dt`, which undoes `step(term, t0, dt, ...)` up to round-off."""
+        `t0 + dt`, which undoes `attempt(term, t0, dt, ...)` up to round-off."""
         yhat1, vf1 = solver_state
         yhat0 = _reflected(y1, yhat1, -dt, vf1)
         vf0 = term.vf(t0, yhat0, args)
