@@ -43,6 +43,11 @@ def _solve(f=_decay, solver=None, t0=0.0, t1=1.0, dt0=0.1, y0=Y0, **kwargs):
     return oc.diffeqsolve(f, solver or oc.Tsit5(), t0, t1, dt0, y0, **kwargs)
 
 
+class _NoStep(oc.AbstractSolver):
+    def order(self, terms):
+        return 1
+
+
 def _jit(fn, *args):
     """`fn(*args)` under `eqx.filter_jit`, run to completion: traced inputs."""
     return jax.block_until_ready(eqx.filter_jit(fn)(*args))
@@ -342,6 +347,10 @@ OPTIONS = [
          "`diffeqsolve(solver=...)` expects an `AbstractSolver` (e.g. `odeckpt.Tsit5()`); "
          "got str.",
          lambda: _solve(solver="Tsit5")),
+    Case("`AbstractSolver` subclass without a step", "TypeError",
+         "_NoStep steps neither by odeckpt's protocol nor by diffrax's: define "
+         "`step(terms, t0, t1, y0, args, solver_state, made_jump)`",
+         lambda: _NoStep()),
     Case("`stepsize_controller` of the wrong type", "TypeError",
          "`diffeqsolve(stepsize_controller=...)` expects an `AbstractStepSizeController`",
          lambda: _solve(stepsize_controller=1e-6)),

@@ -25,8 +25,8 @@ def test_a_hand_driven_loop_takes_diffeqsolves_steps():
 
     order = solver.error_order(term)
     tn, state = controller.init(term, 0.0, t1, y0, 0.1, None, solver.func, order)
-    t, y, k, accepted = jnp.asarray(0.0), y0, solver.init(term, 0.0, y0, None), []
-    step = jax.jit(lambda t, dt, y, k: solver.step(term, t, dt, y, k, None))
+    t, y, k, accepted = jnp.asarray(0.0), y0, solver.init_state(term, 0.0, y0, None), []
+    step = jax.jit(lambda t, dt, y, k: solver.attempt(term, t, dt, y, k, None))
     while t < t1:
         tn = jnp.minimum(tn, t1)
         out = step(t, tn - t, y, k)

@@ -68,11 +68,11 @@ class _Wrapped(oc.AbstractWrappedSolver):
     def evals_per_step(self):
         return self.solver.evals_per_step
 
-    def init(self, term, t0, y0, args):
-        return self.solver.init(term, t0, y0, args)
+    def init_state(self, term, t0, y0, args):
+        return self.solver.init_state(term, t0, y0, args)
 
-    def step(self, term, t0, dt, y0, solver_state, args, dense=True):
-        return self.solver.step(term, t0, dt, y0, solver_state, args, dense)
+    def attempt(self, term, t0, dt, y0, solver_state, args, dense=True):
+        return self.solver.attempt(term, t0, dt, y0, solver_state, args, dense)
 
 
 def test_wrapped_solver_answers_for_what_it_wraps():

@@ -193,7 +193,7 @@ def test_inverse_step_undoes_the_step():
     y0, z0 = jnp.asarray([1.0, -0.5]), jnp.asarray([1.01, -0.48])
     for coupling in (0.5, 0.999, 1.0):
         solver = oc.Reversible(oc.Dopri5(), coupling=coupling)
-        out = solver.step(term, t0, dt, y0, z0, jnp.asarray(1.0))
+        out = solver.attempt(term, t0, dt, y0, z0, jnp.asarray(1.0))
         y, z = solver.reverse_step(term, t0, dt, out.y1, out.state, jnp.asarray(1.0))
         np.testing.assert_allclose(y, y0, rtol=1e-14, atol=1e-14)
         np.testing.assert_allclose(z, z0, rtol=1e-14, atol=1e-14)
@@ -208,13 +208,13 @@ def test_linearised_inverse_is_the_step_and_its_vjp(dense):
     t0, dt, mu = jnp.asarray(0.3), jnp.asarray(0.2), jnp.asarray(1.3)
     y0, z0 = jnp.asarray([1.0, -0.5]), jnp.asarray([1.01, -0.48])
     solver = oc.Reversible(oc.Dopri5(), coupling=0.9)
-    out = solver.step(term, t0, dt, y0, z0, mu, dense=dense)
+    out = solver.attempt(term, t0, dt, y0, z0, mu, dense=dense)
     y, z, known = solver.linearised_reverse_step(term, t0, dt, out.y1, out.state, mu, dense)
     np.testing.assert_allclose(y, y0, rtol=1e-14, atol=1e-14)
     np.testing.assert_allclose(z, z0, rtol=1e-14, atol=1e-14)
 
     def step(step_solver, t0, dt, y0, z0, mu):
-        out = step_solver.step(term, t0, dt, y0, z0, mu, dense=dense)
+        out = step_solver.attempt(term, t0, dt, y0, z0, mu, dense=dense)
         return out.y1, out.y_error, out.state, out.coeffs
 
     ours, pull = jax.vjp(ft.partial(step, known), t0, dt, y, z, mu)

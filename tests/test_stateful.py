@@ -92,14 +92,14 @@ def _forward_then_back(y0, num_steps: int, dt: float):
 
     def forward(carry, t0):
         y, state = carry
-        out = solver.step(term, t0, jnp.asarray(dt), y, state, 1.5, dense=False)
+        out = solver.attempt(term, t0, jnp.asarray(dt), y, state, 1.5, dense=False)
         return (out.y1, out.state), None
 
     def backward(carry, t0):
         y, state = carry
         return solver.reverse_step(term, t0, jnp.asarray(dt), y, state, 1.5), None
 
-    start = (y0, solver.init(term, times[0], y0, 1.5))
+    start = (y0, solver.init_state(term, times[0], y0, 1.5))
     end, _ = jax.lax.scan(forward, start, times)
     back, _ = jax.lax.scan(backward, end, times, reverse=True)
     return start, end, back

@@ -72,7 +72,7 @@ def fresh_stage(solver: AbstractSolver, problem: Problem, jumped, t, y, solver_s
     where the step `jumped`, else `solver_state`: an FSAL value from before a jump must
     not be carried past it."""
     # `lax.cond`, not `batch_cond`: the step is differentiated in reverse mode.
-    fresh = lambda t, y, k: solver.init(problem.term, t, y, problem.args)  # noqa: E731
+    fresh = lambda t, y, k: solver.init_state(problem.term, t, y, problem.args)  # noqa: E731
     return jax.lax.cond(jumped, fresh, lambda t, y, k: k, t, y, solver_state)
 
 
@@ -97,7 +97,7 @@ class Integrator(eqx.Module):
         report: progress callback `(t0, t1, t, i, final=False) -> None`, or `None`.
         locates_events: the solve has an `Event` (`Problem.event`): every step
             computes its dense output, on which crossings are located.
-        stores_solver_state: checkpoints keep the solver state even where `init`
+        stores_solver_state: checkpoints keep the solver state even where `init_state`
             could rebuild it (`storing_solver_state`).
     """
 
@@ -110,7 +110,7 @@ class Integrator(eqx.Module):
     stores_solver_state: bool = eqx.field(kw_only=True, default=False)
 
     def init(self, problem: Problem, t0, y0: Y, dt0) -> State:
-        k0 = self.solver.init(problem.term, t0, y0, problem.args)
+        k0 = self.solver.init_state(problem.term, t0, y0, problem.args)
         dt = problem.controller.first_step(self.solver, problem.term, t0, y0, dt0, problem.args)
         dt, memory = jax.lax.stop_gradient(dt).astype(t0.dtype), ControllerState.initial(t0.dtype)
         first = Decision(jnp.asarray(True), dt, memory, jnp.asarray(0))
@@ -131,7 +131,7 @@ class Integrator(eqx.Module):
         t0, dt = state.t, state.t_next - state.t
         known = None if decisions is None else decisions.known
         solver = self.solver if known is None else known
-        out = solver.step(problem.term, t0, dt, state.y, state.solver_state, problem.args,
+        out = solver.attempt(problem.term, t0, dt, state.y, state.solver_state, problem.args,
                           dense=self.evaluates_dense)  # fmt: skip
         if decisions is not None and _light_replay(problem, state):
             return self._replayed(problem, state, decisions, out)
@@ -223,7 +223,7 @@ class Integrator(eqx.Module):
         return (state.t < problem.t1) & (state.result == RESULTS.successful)
 
     def compress(self, state: State) -> Checkpoint:
-        """The checkpoint of `state`: its solver state only where `init` cannot rebuild
+        """The checkpoint of `state`: its solver state only where `init_state` cannot rebuild
         it (`AbstractSolver.state_rebuildable`) or it is asked to be kept
         (`stores_solver_state`)."""
         kept = None if self._rebuilds else state.solver_state
@@ -233,12 +233,12 @@ class Integrator(eqx.Module):
         rest = unpack(ckpt.rest)
         solver_state = ckpt.solver_state
         if self._rebuilds:
-            solver_state = self.solver.init(problem.term, rest["t"], ckpt.y, problem.args)
+            solver_state = self.solver.init_state(problem.term, rest["t"], ckpt.y, problem.args)
         return State(y=ckpt.y, solver_state=solver_state, **rest)
 
     @property
     def _rebuilds(self) -> bool:
-        """Whether a restore rebuilds the solver state with `init` (one evaluation of
+        """Whether a restore rebuilds the solver state with `init_state` (one evaluation of
         the vector field where `AbstractSolver.carries_first_stage`)."""
         return self.solver.state_rebuildable and not self.stores_solver_state
 

@@ -84,7 +84,7 @@ class State(eqx.Module):
 
 class Checkpoint(eqx.Module):
     """What a checkpoint stores: `y` and the state's scalars packed into a few vectors
-    (see `odeckpt._core.pack`); `solver_state` only for a solver whose state `init`
+    (see `odeckpt._core.pack`); `solver_state` only for a solver whose state `init_state`
     cannot rebuild (`AbstractSolver.state_rebuildable`), else `None` (recomputed on
     restore, so a checkpoint costs one `y`)."""
 

@@ -18,7 +18,7 @@
   tableau per term) and the additive step of an `AbstractRungeKutta` defined with one.
 - `partitioned`: `SemiImplicitEuler`, for a tuple of terms (`PartitionedTerm`).
 - `half`: `HalfSolver`, an error estimate for any solver from two half steps.
-- `leapfrog_midpoint`, `reversible_heun`: solvers that carry state `init` cannot
+- `leapfrog_midpoint`, `reversible_heun`: solvers that carry state `init_state` cannot
   rebuild (`LeapfrogMidpoint`'s previous point; `ReversibleHeun`'s `yhat`, which also
   makes its step algebraically reversible: `AbstractReversibleSolver.reverse_step`).
 - `reversible`: `Reversible`, any explicit Runge–Kutta method made algebraically

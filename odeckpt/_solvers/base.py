@@ -23,6 +23,8 @@ from jaxtyping import PyTree
 from odeckpt._core import Args, Y
 from odeckpt._terms import AbstractTerm
 
+from .stepping import diffrax_step, from_diffrax_step
+
 
 class StepOutput(eqx.Module):
     """What one attempted step produces.
@@ -62,16 +64,39 @@ _METACLASS: dict[str, Any] = {"metaclass": _LooksThroughWrappers}
 class AbstractSolver(eqx.Module, **_METACLASS):
     """A one-step method. Concrete solvers are final.
 
-    A subclass provides `order`, `evals_per_step`, `init` and `step`; the integrator
-    asks nothing else of it. Whether it may be used with an adaptive controller is
-    whether it is an `AbstractAdaptiveSolver`.
+    A subclass provides `order`, `evals_per_step`, `init_state` and `attempt`; the
+    integrator asks nothing else of it. Whether it may be used with an adaptive
+    controller is whether it is an `AbstractAdaptiveSolver`.
+
+    diffrax's stepping protocol is here too (`stepping.py`): every solver has
+    `init(terms, t0, t1, y0, args)` and `step(terms, t0, t1, y0, args, solver_state,
+    made_jump)`, so it can be stepped by hand as in diffrax. A solver written against
+    that protocol instead (a subclass that provides `order`, `init`, `step` and
+    `interpolation_cls`, as diffrax's docs show) runs in `diffeqsolve`: its `init_state`
+    and `attempt` are its `init` and `step`.
 
     Attributes:
         term_structure: the terms the solver takes (`AbstractTerm` for every odeckpt
             solver: one term, possibly a `MultiTerm`), as in diffrax.
+        interpolation_cls: for a solver written against diffrax's protocol, the class
+            of its dense output, built as `interpolation_cls(t0=, t1=, **dense_info)`
+            (odeckpt's own solvers give their dense output as a polynomial).
     """
 
     term_structure: ClassVar[Any] = AbstractTerm
+    interpolation_cls: ClassVar[Any] = None
+
+    def __check_init__(self):
+        cls, base = type(self), AbstractSolver
+        if (cls.attempt is base.attempt and cls.step is base.step) or (
+            cls.init_state is base.init_state and cls.init is base.init
+        ):
+            raise TypeError(
+                f"{cls.__name__} steps neither by odeckpt's protocol nor by diffrax's: "
+                "define `step(terms, t0, t1, y0, args, solver_state, made_jump)` and "
+                "`init(terms, t0, t1, y0, args)` (diffrax's), or `attempt` and "
+                "`init_state` (odeckpt's)."
+            )
 
     @abc.abstractmethod
     def order(self, terms: AbstractTerm) -> int | None:
@@ -95,27 +120,50 @@ class AbstractSolver(eqx.Module, **_METACLASS):
         return None
 
     @property
-    @abc.abstractmethod
+    def estimates_error(self) -> bool:
+        """Whether an adaptive controller may drive the solver: an
+        `AbstractAdaptiveSolver`, or a solver written against diffrax's protocol (whose
+        `step` returns its error estimate, as diffrax lets it)."""
+        return (
+            isinstance(self, AbstractAdaptiveSolver) or type(self).step is not AbstractSolver.step
+        )
+
+    @property
     def evals_per_step(self) -> int:
-        """Evaluations of the vector field per step (`Solution.stats["num_vf_evals"]`)."""
+        """Evaluations of the vector field per step (`Solution.stats["num_vf_evals"]`):
+        0, uncounted, for a solver written against diffrax's protocol, which does not
+        say."""
+        return 0
 
     def func(self, terms: AbstractTerm, t0, y0: Y, args: Args) -> Y:
         """The vector field at `(t0, y0)`, as diffrax's `AbstractSolver.func`."""
         return terms.vf(t0, y0, args)
 
-    @abc.abstractmethod
-    def init(self, term: AbstractTerm, t0, y0: Y, args: Args) -> PyTree:
+    def init_state(self, term: AbstractTerm, t0, y0: Y, args: Args) -> PyTree:
         """The solver state at `(t0, y0)`, carried between steps (Runge–Kutta: the
         first stage `f(t0, y0)`; `()` for a method that carries nothing). Also the
         state after a jump of the vector field (`ClipStepSizeController(jump_ts=...)`):
-        the solve restarts there, as from an initial value."""
+        the solve restarts there, as from an initial value. By default diffrax's
+        `init(term, t0, t0, y0, args)` (the first step's end is not known here)."""
+        return self.init(term, t0, t0, y0, args)
+
+    def init(self, terms: AbstractTerm, t0, t1, y0: Y, args: Args) -> PyTree:
+        """diffrax's `init`: the solver state for a first step from `t0` to `t1`."""
+        del t1
+        return self.init_state(terms, t0, y0, args)
+
+    def step(self, terms: AbstractTerm, t0, t1, y0: Y, args: Args, solver_state, made_jump):
+        """diffrax's `step` from `t0` to `t1`: `(y1, y_error, dense_info, solver_state,
+        result)`; `made_jump` (or a `solver_state` of `None`) rebuilds the state at
+        `(t0, y0)` first."""
+        return diffrax_step(self, terms, t0, t1, y0, args, solver_state, made_jump)
 
     @property
     def carries_first_stage(self) -> bool:
         """Whether the state the steps carry holds a vector-field evaluation that
-        `init` makes and the next step reads instead of evaluating it (FSAL Runge–Kutta
+        `init_state` makes and the next step reads instead of evaluating it (FSAL Runge–Kutta
         methods: the first stage `f(t, y)`, which the step before computed as its last).
-        A checkpoint restored by `init` then costs one evaluation, unless it stores the
+        A checkpoint restored by `init_state` then costs one evaluation, unless it stores the
         state (`CheckpointAdjoint` decides from its memory budget). False (the default)
         for a method whose step evaluates all it needs from `(t, y)`: its restores cost
         nothing."""
@@ -123,16 +171,20 @@ class AbstractSolver(eqx.Module, **_METACLASS):
 
     @property
     def state_rebuildable(self) -> bool:
-        """Whether `init(term, t, y, args)` rebuilds, bit for bit, the state that the
+        """Whether `init_state(term, t, y, args)` rebuilds, bit for bit, the state that the
         steps carry to `(t, y)` (true of one-step methods: Runge–Kutta's first stage is
         `f(t, y)`). A checkpoint then stores `y` alone and recomputes the state; for a
         solver whose state holds its past (`LeapfrogMidpoint`'s previous point,
         `ReversibleHeun`'s `yhat`) a checkpoint stores the state too."""
         return True
 
-    @abc.abstractmethod
-    def step(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
-        """Attempt one step of size `dt`; `dense=False` may skip the dense output."""
+    def attempt(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
+        """Attempt one step of size `dt`; `dense=False` may skip the dense output. By
+        default diffrax's `step` (see `stepping.from_diffrax_step`)."""
+        y1, y_error, state, coeffs, failure = from_diffrax_step(
+            self, term, t0, dt, y0, solver_state, args, dense
+        )
+        return StepOutput(y1=y1, y_error=y_error, state=state, coeffs=coeffs, failure=failure)
 
     @property
     def reversible(self) -> bool:
@@ -155,7 +207,7 @@ class AbstractReversibleSolver(AbstractSolver):
 
     @abc.abstractmethod
     def reverse_step(self, term, t0, dt, y1, solver_state, args) -> tuple[Y, PyTree]:
-        """The inverse of `step(term, t0, dt, ...)`: `(y0, solver_state0)` from the
+        """The inverse of `attempt(term, t0, dt, ...)`: `(y0, solver_state0)` from the
         state `(y1, solver_state)` at `t0 + dt`."""
 
     def linearised_reverse_step(
@@ -163,7 +215,7 @@ class AbstractReversibleSolver(AbstractSolver):
     ) -> "tuple[Y, PyTree, AbstractSolver] | None":
         """`reverse_step`, and the step it undoes, linearised where the inverse
         evaluated it: `(y0, solver_state0, step)` with `step` a `LinearisedStep` that
-        replays `step(term, t0, dt, y0, solver_state0, args, dense)` without evaluating
+        replays `attempt(term, t0, dt, y0, solver_state0, args, dense)` without evaluating
         it again. `None` (the default): the solver has no such inverse, and a replay
         evaluates the step."""
         del term, t0, dt, y1, solver_state, args, dense
@@ -210,8 +262,8 @@ class AbstractWrappedSolver(AbstractSolver):
     def error_order(self, terms: AbstractTerm) -> int | None:
         return self.solver.error_order(terms)
 
-    def init(self, term, t0, y0, args):
-        return self.solver.init(term, t0, y0, args)
+    def init_state(self, term, t0, y0, args):
+        return self.solver.init_state(term, t0, y0, args)
 
 
 def combine_stages(y0: Y, dt, weights, ks) -> Y:

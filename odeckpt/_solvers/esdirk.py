@@ -11,7 +11,7 @@ iterations converge; a stage whose iteration diverges or stalls refreshes it at 
 own point and restarts, and later stages keep the refreshed one. It is *not*
 carried from one step to the next: a step is then a function of `(t, y, args)`
 alone, so a step replayed from a checkpoint (where the solver state is rebuilt by
-`init(t, y)`) repeats the forward pass bit for bit, and `CheckpointAdjoint` gives
+`init_state(t, y)`) repeats the forward pass bit for bit, and `CheckpointAdjoint` gives
 the same gradient whatever it stores. Carrying `J` across steps would save the `n`
 products per step but make each step depend on the history of Jacobian refreshes,
 which a restored checkpoint cannot reproduce.
@@ -87,7 +87,7 @@ class AbstractESDIRK(AbstractNewtonRK, AbstractDIRK):
         one more, the Jacobian `n` forward-mode products)."""
         return self.tableau.stages
 
-    def step(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
+    def attempt(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
         flat = la.flatten(term, y0, args)
         problem = (term, y0, args)
         ks, converged = _esdirk_stages(self.tableau, flat, problem, t0, dt, self.newton_options)

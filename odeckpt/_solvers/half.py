@@ -51,11 +51,11 @@ class HalfSolver(AbstractAdaptiveSolver, AbstractWrappedSolver):
     def state_rebuildable(self) -> bool:
         return self.solver.state_rebuildable
 
-    def step(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
+    def attempt(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
         half = dt / 2
-        first = self.solver.step(term, t0, half, y0, solver_state, args, dense=False)
-        second = self.solver.step(term, t0 + half, half, first.y1, first.state, args, False)
-        full = self.solver.step(term, t0, dt, y0, solver_state, args, dense)
+        first = self.solver.attempt(term, t0, half, y0, solver_state, args, dense=False)
+        second = self.solver.attempt(term, t0 + half, half, first.y1, first.state, args, False)
+        full = self.solver.attempt(term, t0, dt, y0, solver_state, args, dense)
         y_error = jax.tree.map(lambda a, b: jnp.abs(a - b), second.y1, full.y1)
         failures = [out.failure for out in (first, second, full) if out.failure is not None]
         failure = None

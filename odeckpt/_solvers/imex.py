@@ -95,7 +95,7 @@ class AbstractIMEX(AbstractNewtonRK):
         costs one more evaluation of the implicit term, the Jacobian `n` products)."""
         return self.tableau.stages
 
-    def step(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
+    def attempt(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
         explicit, implicit = broadcast_parts(term.parts())
         flat_i = la.flatten(implicit, y0, args)
         flat_e = la.flatten(explicit, y0, args)

@@ -81,11 +81,11 @@ class ImplicitEuler(AbstractNewtonSolver, AbstractAdaptiveSolver):
         Newton iteration costs one more, the Jacobian `n` forward-mode products)."""
         return 2
 
-    def init(self, term, t0, y0, args):
+    def init_state(self, term, t0, y0, args):
         """No state is carried between steps (see the module docstring): `()`."""
         return ()
 
-    def step(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
+    def attempt(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
         flat = la.flatten(term, y0, args)
         h = dt.astype(flat.y.dtype)
         k0 = flat.f(t0, flat.y)

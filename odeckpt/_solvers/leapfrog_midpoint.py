@@ -46,12 +46,12 @@ class LeapfrogMidpoint(AbstractSolver):
     def state_rebuildable(self) -> bool:
         return False
 
-    def init(self, term, t0, y0, args):
+    def init_state(self, term, t0, y0, args):
         """The previous point: `(t0, y0)` itself, so the first step is Euler's."""
         del term, args
         return jnp.asarray(t0), y0
 
-    def step(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
+    def attempt(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
         t_prev, y_prev = solver_state
         span = t0 + dt - t_prev
         y1 = combine_stages(y_prev, span, (1.0,), (term.vf(t0, y0, args),))

@@ -4,7 +4,7 @@ A reversible solver's inverse step evaluates the same base steps as the step it 
 at the same points (`Reversible`: `Psi_{-h}` at `y1` and `Psi_h` at `z0`). Linearising
 them there gives the step's vector-Jacobian product as well as the state before it. The
 backward pass of `ReversibleAdjoint` then reverses the step through a `LinearisedStep`
-instead of evaluating it a third time: its `step` returns the step's known output, and
+instead of evaluating it a third time: its `attempt` returns the step's known output, and
 its derivative is the recorded pullback.
 """
 
@@ -66,7 +66,7 @@ def _zero_cotangents(tree):
 @final
 class LinearisedStep(AbstractWrappedSolver):
     """One step of `solver`, from known inputs, with its output and pullback computed
-    beforehand (by `AbstractReversibleSolver.linearised_reverse_step`). `step` returns
+    beforehand (by `AbstractReversibleSolver.linearised_reverse_step`). `attempt` returns
     `output` whatever its arguments' values; its VJP is `pullback`, which maps the
     cotangent of a `StepOutput` to those of `(term, t0, dt, y0, solver_state, args)`.
     Only for a replay from the inputs it was linearised at."""
@@ -79,6 +79,6 @@ class LinearisedStep(AbstractWrappedSolver):
     def evals_per_step(self) -> int:
         return 0
 
-    def step(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
+    def attempt(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
         del dense  # the output was computed with the dense output the replay needs
         return _known((term, t0, dt, y0, solver_state, args), self.output, self.pullback)

@@ -105,7 +105,7 @@ class AbstractNewtonRK(AbstractRungeKutta, AbstractNewtonSolver):
         AbstractNewtonSolver.__init__(self, rtol, atol, max_iters, root_finder=root_finder,
                                       root_find_max_steps=root_find_max_steps)  # fmt: skip
 
-    def init(self, term, t0, y0, args):
+    def init_state(self, term, t0, y0, args):
         """`()`: nothing is carried between steps."""
         return ()
 

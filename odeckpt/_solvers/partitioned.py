@@ -64,11 +64,11 @@ class SemiImplicitEuler(AbstractSolver):
         whole field (as `Euler`'s)."""
         return 1
 
-    def init(self, term, t0, y0, args):
+    def init_state(self, term, t0, y0, args):
         """Nothing is carried between steps: `()`."""
         return ()
 
-    def step(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
+    def attempt(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
         term_q, term_p = term.parts()
         q0, p0 = y0
         q1 = _euler(q0, term_q.vf_prod(t0, p0, args, dt))

@@ -263,16 +263,16 @@ class RadauIIA5(AbstractNewtonSolver, AbstractAdaptiveSolver):
 
     @property
     def state_rebuildable(self) -> bool:
-        """False: the state is the last step's polynomial, which `init` cannot rebuild."""
+        """False: the state is the last step's polynomial, which `init_state` cannot rebuild."""
         return False
 
-    def init(self, term, t0, y0, args) -> Extrapolation:
+    def init_state(self, term, t0, y0, args) -> Extrapolation:
         """No polynomial yet: the first step starts its iteration from `z = 0`."""
         y = la.flatten(term, y0, args).y
         return Extrapolation(jnp.zeros((len(RADAU_IIA5.c), *y.shape), y.dtype),
                              jnp.zeros((), y.dtype))  # fmt: skip
 
-    def step(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
+    def attempt(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
         tableau, flat = RADAU_IIA5, la.flatten(term, y0, args)
         h = dt.astype(flat.y.dtype)
         f0 = flat.f(t0, flat.y)

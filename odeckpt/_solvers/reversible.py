@@ -26,8 +26,8 @@ from .runge_kutta import AbstractERK
 def _base_step(solver: AbstractERK, term, t0, dt, y0, args, dense):
     """One step of the base method from `(t0, y0)`, its first stage evaluated afresh
     (the two solutions never share a first stage, so nothing is carried)."""
-    k0 = solver.init(term, t0, y0, args)
-    return solver.step(term, t0, dt, y0, k0, args, dense=dense)
+    k0 = solver.init_state(term, t0, y0, args)
+    return solver.attempt(term, t0, dt, y0, k0, args, dense=dense)
 
 
 def _coupled(coupling, a, b, c):
@@ -215,12 +215,12 @@ class Reversible(AbstractAdaptiveSolver, AbstractReversibleSolver):
     def state_rebuildable(self) -> bool:
         return False
 
-    def init(self, term, t0, y0, args):
+    def init_state(self, term, t0, y0, args):
         """`z0 = y0`."""
         del term, t0, args
         return y0
 
-    def step(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
+    def attempt(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
         z0 = solver_state
         from_z = _base_step(self.solver, term, t0, dt, z0, args, dense)
         y1 = _coupled(self.coupling, y0, z0, from_z.y1)
@@ -246,7 +246,7 @@ class Reversible(AbstractAdaptiveSolver, AbstractReversibleSolver):
         return y0, z0, LinearisedStep(self, output, pullback)
 
     def reverse_step(self, term, t0, dt, y1, solver_state, args):
-        """`(y0, z0)` from `(y1, z1)`: undoes `step(term, t0, dt, ...)` up to round-off."""
+        """`(y0, z0)` from `(y1, z1)`: undoes `attempt(term, t0, dt, ...)` up to round-off."""
         z1 = solver_state
         from_y = _base_step(self.solver, term, t0 + dt, -dt, y1, args, False)
         z0 = _plus_minus(z1, from_y.y1, y1)

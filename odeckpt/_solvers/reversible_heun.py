@@ -69,11 +69,11 @@ class ReversibleHeun(AbstractAdaptiveSolver, AbstractStratonovichSolver, Abstrac
     def state_rebuildable(self) -> bool:
         return False
 
-    def init(self, term, t0, y0, args):
+    def init_state(self, term, t0, y0, args):
         """`(yhat0, vf0) = (y0, f(t0, y0))`."""
         return y0, term.vf(t0, y0, args)
 
-    def step(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
+    def attempt(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
         yhat0, vf0 = solver_state
         yhat1 = _reflected(y0, yhat0, dt, vf0)
         vf1 = term.vf(t0 + dt, yhat1, args)
@@ -84,7 +84,7 @@ class ReversibleHeun(AbstractAdaptiveSolver, AbstractStratonovichSolver, Abstrac
 
     def reverse_step(self, term, t0, dt, y1, solver_state, args):
         """`(y0, (yhat0, vf0))` from `(y1, (yhat1, vf1))`: the step with `-dt` from
-        `t0 + dt`, which undoes `step(term, t0, dt, ...)` up to round-off."""
+        `t0 + dt`, which undoes `attempt(term, t0, dt, ...)` up to round-off."""
         yhat1, vf1 = solver_state
         yhat0 = _reflected(y1, yhat1, -dt, vf1)
         vf0 = term.vf(t0, yhat0, args)

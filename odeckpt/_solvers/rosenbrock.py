@@ -73,11 +73,11 @@ class AbstractRosenbrock(AbstractAdaptiveSolver):
         hermite = self.tableau.dense is None
         return self.tableau.stages + hermite
 
-    def init(self, term, t0, y0, args):
+    def init_state(self, term, t0, y0, args):
         """No state is carried between steps (`()`): a step needs `(t, y)` alone."""
         return ()
 
-    def step(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
+    def attempt(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
         flat = la.flatten(term, y0, args)
         f0, jac, dfdt = self._linearise(flat, t0, y0, args)
         ks, y1 = _rosenbrock_stages(self.tableau, flat, t0, dt, f0, jac, dfdt)

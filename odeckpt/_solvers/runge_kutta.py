@@ -124,11 +124,11 @@ class AbstractRungeKutta(AbstractAdaptiveSolver):
         stages = self.tableau.stages  # pyright: ignore[reportAttributeAccessIssue]
         return stages - 1 if self.tableau.fsal else stages  # pyright: ignore[reportAttributeAccessIssue]
 
-    def init(self, term: AbstractTerm, t0, y0: Y, args: Args) -> PyTree:
+    def init_state(self, term: AbstractTerm, t0, y0: Y, args: Args) -> PyTree:
         """Each term's slope at `(t0, y0)` (see `imex_multi.multi_init`)."""
         return multi_init(self._multi(), term, t0, y0, args)
 
-    def step(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
+    def attempt(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
         return multi_step(self._multi(), term, t0, dt, y0, solver_state, args, dense)
 
     def _multi(self) -> MultiButcherTableau:
@@ -162,11 +162,11 @@ class AbstractExplicitSolver(AbstractSolver):
     def carries_first_stage(self) -> bool:
         return carries_first_stage(self.tableau)
 
-    def init(self, term: AbstractTerm, t0, y0: Y, args: Args) -> PyTree:
+    def init_state(self, term: AbstractTerm, t0, y0: Y, args: Args) -> PyTree:
         """The first stage `f(t0, y0)` where the steps carry it, else `()`."""
         return self.func(term, t0, y0, args) if self.carries_first_stage else ()
 
-    def step(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
+    def attempt(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
         return rk_step(self.tableau, term, t0, dt, y0, solver_state, args, dense)
 
 

@@ -13,7 +13,7 @@ from odeckpt._controllers import AbstractStepSizeController
 from odeckpt._core import concrete, real_dtype
 from odeckpt._event import AbstractDiscreteTerminatingEvent, Event
 from odeckpt._saveat import SaveAt, SubSaveAt, sub_saves
-from odeckpt._solvers import AbstractAdaptiveSolver, AbstractSolver
+from odeckpt._solvers import AbstractSolver
 
 from .predicates import (
     _backwards,
@@ -66,7 +66,7 @@ def check_inputs(solver, controller, adjoint, saveat, max_steps, dt0):
     _check_type(adjoint, AbstractAdjoint, "adjoint", "e.g. `odeckpt.CheckpointAdjoint()`")
     _check_type(saveat, SaveAt, "saveat", "e.g. `odeckpt.SaveAt(t1=True)`")
     name = type(controller).__name__
-    if controller.adaptive and not isinstance(solver, AbstractAdaptiveSolver):
+    if controller.adaptive and not solver.estimates_error:
         raise ValueError(
             f"`{type(solver).__name__}` has no error estimate, so it cannot be used with "
             f"`{name}`; use `ConstantStepSize()` or a solver with an embedded method such "

@@ -106,7 +106,7 @@ def _re_solve(solver, problem: Problem, tape: Tape, every: int, q, n) -> DenseIn
     y = jax.tree.map(lambda x: x[q], tape.anchor_y)
     k = jax.tree.map(lambda x: x[q], tape.anchor_k)
     t = tape.grid[0]
-    shape = eqx.filter_eval_shape(solver.step, problem.term, t, t, y, k, problem.args)
+    shape = eqx.filter_eval_shape(solver.attempt, problem.term, t, t, y, k, problem.args)
     rows = jax.tree.map(lambda s: jnp.zeros((every, *s.shape), s.dtype), shape.coeffs)
     ends = jnp.full((every,), jnp.inf, t.dtype)
     starts = jnp.zeros((every,), t.dtype)
@@ -117,7 +117,7 @@ def _re_solve(solver, problem: Problem, tape: Tape, every: int, q, n) -> DenseIn
         t0, t1 = tape.grid[first + r], tape.grid[first + r + 1]
         if problem.controller.jump_times is not None:  # the first step starts at t0 itself
             t0 = jnp.where(first + r > 0, restart_after(problem, t0)[0], t0)
-        out = solver.step(problem.term, t0, t1 - t0, y, k, problem.args)
+        out = solver.attempt(problem.term, t0, t1 - t0, y, k, problem.args)
         put = lambda b, v: b.at[r].set(v)  # noqa: E731
         ys, rows = jax.tree.map(put, ys, y), jax.tree.map(put, rows, out.coeffs)
         k = out.state
