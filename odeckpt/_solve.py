@@ -28,6 +28,7 @@ from ._validate import (
     check_autodiff,
     check_event,
     check_inputs,
+    check_reverse_mode,
     check_save_fns,
     check_term_parts,
     check_terms,
@@ -144,7 +145,7 @@ def diffeqsolve(
         state0 = state0.with_result(code)
     adjoint = adjoint.with_throw(throw)
     problem, state0 = check_autodiff(adjoint, problem, state0)
-    out = adjoint.loop(integrator, problem, state0, max_steps)
+    out = check_reverse_mode(adjoint, adjoint.loop(integrator, problem, state0, max_steps))
     if integrator.report is not None:
         integrator.report(tau0, tau1, out.state.t, out.num_steps, final=True)
     solution = build_solution(

@@ -432,12 +432,13 @@ ADJOINTS = [
          "`odeckpt.hvp(f, x, v)`: `v` must be shaped like `x` (the same PyTree structure and "
          "leaf shapes); got x: (2,), v: (3,).",
          lambda: oc.hvp(lambda y0: _solve(y0=y0).ys.sum(), Y0, jnp.ones(3))),
-    Case("`jax.grad` with `ForwardMode()` (JAX's message)", "ValueError",
-         "Reverse-mode differentiation does not work for lax.while_loop",
+    Case("`jax.grad` with `ForwardMode()`", "ValueError",
+         "Reverse mode (`jax.grad`, `jax.vjp`, `jax.jacrev`, `jax.hessian`) of `diffeqsolve` "
+         "with `adjoint=ForwardMode()`: this adjoint differentiates in forward mode only",
          lambda: _grad(lambda y0: _solve(y0=y0, adjoint=oc.ForwardMode()).ys.sum(), Y0)),
     Case("`jax.jvp` with `CheckpointAdjoint()`", "ValueError",
-         "`jax.jvp`/`jax.jacfwd` of `diffeqsolve` with `adjoint=CheckpointAdjoint()`: this "
-         "adjoint defines reverse mode only",
+         "`jax.jvp`/`jax.jacfwd`/`jax.linearize` of `diffeqsolve` with "
+         "`adjoint=CheckpointAdjoint()`: this adjoint defines reverse mode only",
          lambda: jax.jvp(lambda y0: _solve(y0=y0).ys, (Y0,), (Y0,))),
     Case("`jax.grad` of `jax.grad` (reverse over reverse)", "ValueError",
          "Reverse mode over reverse mode (`jax.grad` or `jax.jacrev` of a function that takes "

@@ -218,12 +218,19 @@ REFUSED = {
     "jacfwd": (lambda f, x: jax.jacfwd(f)(x), r"Use `adjoint=ForwardMode\(\)`"),
     "jacfwd_jacfwd": (lambda f, x: jax.jacfwd(jax.jacfwd(f))(x), r"Use `adjoint=ForwardMode\(\)`"),
 }
+# Raised where the tangent is evaluated, compiled or batched (`docs/errors.md`): each
+# adjoint once (with `Tsit5`, `SaveAt(ts)`), `CheckpointAdjoint()` in the default run.
+REFUSED_LATE = {
+    "linearize": (lambda f, x: jax.linearize(f, x)[1](x), r"Use `adjoint=ForwardMode\(\)`"),
+    "jvp_jit": (lambda f, x: jax.jvp(jax.jit(f), (x,), (x,)), r"Use `adjoint=ForwardMode\(\)`"),
+    "jacfwd_jit": (lambda f, x: jax.jacfwd(jax.jit(f))(x), r"Use `adjoint=ForwardMode\(\)`"),
+}
 
 
 def _check_refused(mode, adjoint_name, solver_name, saveat_name):
     solver = SOLVERS[solver_name]()
     loss = _loss(solver, _adjoint(adjoint_name, solver), SAVEATS[saveat_name]())
-    call, message = REFUSED[mode]
+    call, message = {**REFUSED, **REFUSED_LATE}[mode]
     with pytest.raises(ValueError, match=message):
         call(loss, jnp.asarray(X))
 
@@ -235,25 +242,57 @@ def test_refused_modes_name_what_works(mode, adjoint):
 
 
 @pytest.mark.parametrize(
-    "mode, call",
-    [
-        ("grad", lambda f, x: jax.grad(f)(x)),
-        pytest.param("hessian", lambda f, x: jax.hessian(f)(x), marks=pytest.mark.slow),
-        pytest.param(
-            "jvp_grad", lambda f, x: jax.jvp(jax.grad(f), (x,), (x,)), marks=pytest.mark.slow
-        ),
-        pytest.param(
-            "grad_grad",
-            lambda f, x: jax.grad(lambda x: jax.grad(f)(x).sum())(x),
-            marks=pytest.mark.slow,
-        ),
-    ],
+    "adjoint",
+    [a if a == "checkpoint" else pytest.param(a, marks=pytest.mark.slow) for a in REVERSE],
 )
-def test_forward_mode_refuses_reverse_mode(mode, call):
-    """With JAX's message (see `docs/errors.md`)."""
+@pytest.mark.parametrize("mode", list(REFUSED_LATE))
+def test_refused_modes_of_a_compiled_solve_name_what_works(mode, adjoint):
+    _check_refused(mode, adjoint, "Tsit5", "ts")
+
+
+REVERSE_MODES = {
+    "grad": lambda f, x: jax.grad(f)(x),
+    "grad_jit": lambda f, x: jax.grad(jax.jit(f))(x),
+    "vmap_grad": lambda f, x: jax.vmap(jax.grad(f))(jnp.stack([x, x])),
+    "hessian": lambda f, x: jax.hessian(f)(x),
+    "jvp_grad": lambda f, x: jax.jvp(jax.grad(f), (x,), (x,)),
+    "grad_grad": lambda f, x: jax.grad(lambda x: jax.grad(f)(x).sum())(x),
+    "grad_grad_jit": lambda f, x: jax.grad(lambda x: jax.grad(jax.jit(f))(x).sum())(x),
+}
+
+
+@pytest.mark.slow
+def test_reverse_over_reverse_of_a_compiled_solve_keeps_jax_message():
+    """The one mode refused by JAX's own message (`docs/adjoints.md`): the solve is
+    traced inside `jax.jit` without the outer reverse pass's tracers, and JAX refuses
+    to linearise the inner backward pass's loops."""
+    loss = _loss(oc.Tsit5(), oc.CheckpointAdjoint(), SAVEATS["ts"]())
+    with pytest.raises(ValueError, match="Linearization failed to produce known values"):
+        jax.grad(lambda x: jax.grad(jax.jit(loss))(x).sum())(jnp.asarray(X))
+
+
+@pytest.mark.parametrize(
+    "mode",
+    [m if m in ("grad", "grad_jit") else pytest.param(m, marks=pytest.mark.slow)
+     for m in REVERSE_MODES],
+)  # fmt: skip
+def test_forward_mode_refuses_reverse_mode(mode):
+    """Where JAX transposes the solve's outputs, naming `CheckpointAdjoint()`."""
     loss = _loss(oc.Tsit5(), oc.ForwardMode(), SAVEATS["ts"]())
-    with pytest.raises(ValueError, match="Reverse-mode differentiation does not work"):
-        call(loss, jnp.asarray(X))
+    with pytest.raises(ValueError, match=r"Use `adjoint=CheckpointAdjoint\(\)` for reverse mode"):
+        REVERSE_MODES[mode](loss, jnp.asarray(X))
+
+
+@pytest.mark.slow
+def test_forward_mode_takes_linearize_and_jacfwd_of_jit():
+    """The refusal of reverse mode is in the transpose only: `jax.linearize` (which
+    never transposes) and `jax.jacfwd` of a compiled solve go through `ForwardMode()`."""
+    loss = _loss(oc.Tsit5(), oc.ForwardMode(), SAVEATS["ts"]())
+    x, v = jnp.asarray(X), jnp.arange(6.0)
+    reference = jax.grad(_closed_form(TS))(x)
+    _, tangent = jax.linearize(jax.jit(loss), x)
+    np.testing.assert_allclose(tangent(v), reference @ v, rtol=REL)
+    np.testing.assert_allclose(jax.jacfwd(jax.jit(loss))(x), reference, rtol=REL)
 
 
 # ----------------------------------------------------------------------------------

@@ -186,8 +186,8 @@ def _window_entries(plan: _Plan, start, w: int):
 def _open_window(slots, decisions, plan: _Plan, start, w: int) -> _Window:
     index, rows, valid = _window_entries(plan, start, w)
     stored = row(slots, plan.stack_slot[index])
-    rows = jnp.where(valid, rows, w)
-    states = jax.tree.map(lambda s: jnp.zeros_like(s).at[rows].set(s, mode="drop"), stored)
+    rows = jnp.where(valid, rows, w + jnp.arange(w))  # distinct, the invalid ones dropped
+    states = set_row(jax.tree.map(jnp.zeros_like, stored), rows, stored)
     return _Window(start, read_window(decisions, start, w), states, w)
 
 
@@ -195,7 +195,9 @@ def _close_window(slots, plan: _Plan, window: _Window, c: int):
     """Write the window's live checkpoints back into their slots."""
     index, rows, valid = _window_entries(plan, window.start, window.w)
     values = row(window.states, jnp.clip(rows, 0, window.w - 1))
-    return set_row(slots, jnp.where(valid, plan.stack_slot[index], c), values)
+    return set_row(
+        slots, jnp.where(valid, plan.stack_slot[index], c + jnp.arange(window.w)), values
+    )
 
 
 def _advance_in_window(body: LoopBody, problem, c: int, window: _Window, plan: _Plan, hand: _Hand):

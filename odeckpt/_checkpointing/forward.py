@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from odeckpt._core import as_arrays
+from odeckpt._core import as_arrays, set_row
 
 from .body import AbstractForwardBody, Emitter, LoopOutput
 
@@ -30,7 +30,7 @@ def write_outputs(body: AbstractForwardBody, problem, state, new, record, buffer
 
         def put(j, b, e=e):
             value = e.value(problem, record, j)
-            return jax.tree.map(lambda x, v: x.at[j].set(v), b, value)
+            return set_row(b, j, value)
 
         out.append(lax.fori_loop(lo, hi, put, buf))
     return tuple(out)

@@ -18,8 +18,13 @@ def row(tree, i):
 
 def set_row(buffer, i, value):
     """`buffer` with row `i` of each leaf set to the matching leaf of `value`; an
-    out-of-range `i` writes nothing (`mode="drop"`), which is how a write is skipped."""
-    return jax.tree.map(lambda b, v: b.at[i].set(v, mode="drop"), buffer, value)
+    out-of-range `i` writes nothing (`mode="drop"`), which is how a write is skipped.
+    `i` is one row or distinct rows (`unique_indices`: JAX's JVP of the write is then
+    the same write of the tangents, where for possibly repeated rows it masks the
+    whole buffer, a cost in the buffer's size on every write of a second derivative)."""
+    return jax.tree.map(
+        lambda b, v: b.at[i].set(v, mode="drop", unique_indices=True), buffer, value
+    )
 
 
 def zero_rows(tree, size: int):

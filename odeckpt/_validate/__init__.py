@@ -14,12 +14,14 @@ The checks run in the order `diffeqsolve` calls them: `check_inputs`, `check_ter
 - `structure`: the structural checks (types, shapes, dtypes, which options go together).
 - `values`: the value checks and their predicates.
 - `autodiff`: which autodiff modes go through the adjoint (`check_autodiff`, last;
-  `check_hvp_tangent` for `odeckpt.hvp`).
+  `check_reverse_mode` on the loop's output; `check_hvp_tangent` for `odeckpt.hvp`;
+  `tangent_guards`: the identities whose tangents carry those refusals).
 """
 
 from .autodiff import (
     check_autodiff as check_autodiff,
     check_hvp_tangent as check_hvp_tangent,
+    check_reverse_mode as check_reverse_mode,
 )
 from .predicates import known_direction as known_direction
 from .structure import (

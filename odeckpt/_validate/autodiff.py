@@ -15,24 +15,29 @@ fails at trace time with one that does:
   loops, again `lax.while_loop`s.
 
 The first is seen on the solve's inputs: their tracers are the ones `jax.jvp` traces
-with (told from those of `jax.vjp` by tracing an identity with each once). The second
-is seen where the inner reverse pass linearises the solve: an identity with a custom
-JVP, whose rule receives the values the linearisation starts from; under an outer
-reverse pass those are that pass's tracers. A solve traced on its own first
-(`jax.jvp(jax.jit(f))`) is seen by neither, and gets JAX's message. Reverse mode of a
-`ForwardMode()` solve is left to JAX, whose message says that a `lax.while_loop` cannot
-be transposed: `jax.vjp` and `jax.linearize` trace alike, and `jax.linearize` (forward
-mode) goes through it.
+with (told from those of `jax.vjp` by tracing an identity with each once); where the
+solve is traced without them (`jax.jvp(jax.jit(f))`, `jax.jacfwd(jax.jit(f))`, the
+linear function of `jax.linearize`), the inputs' tangents raise where they are
+evaluated, compiled or batched (`tangent_guards.refuse_forward`), just before JAX
+would meet the custom VJP. The second is seen where the inner reverse pass linearises
+the solve: the same identity's custom JVP receives the values the linearisation starts
+from; under an outer reverse pass those are that pass's tracers (a solve compiled on
+its own, `jax.grad(jax.grad(jax.jit(f)))`, is seen by neither, and gets JAX's
+message). Reverse mode of a `ForwardMode()` solve cannot be refused from the inputs
+(`jax.vjp` and `jax.linearize` trace a solve alike, and `jax.linearize` goes through
+it): the loop's outputs pass through an identity whose tangent refuses to be
+transposed (`tangent_guards.refuse_reverse`), which reverse mode meets before the loop.
 """
 
 import functools as ft
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from .tangent_guards import refuse_forward, refuse_reverse
+
 _FORWARD_THROUGH_VJP = (
-    "`jax.jvp`/`jax.jacfwd` of `diffeqsolve` with `adjoint={name}`: this adjoint "
+    "`jax.jvp`/`jax.jacfwd`/`jax.linearize` of `diffeqsolve` with `adjoint={name}`: this adjoint "
     "defines reverse mode only (a custom VJP, which JAX cannot differentiate in "
     "forward mode). Use `adjoint=ForwardMode()` for `jax.jvp`/`jax.jacfwd` of a solve; "
     "for second derivatives keep `{name}` and put forward mode outside reverse mode: "
@@ -45,6 +50,14 @@ _REVERSE_OVER_REVERSE = (
     "and backward loops. Take second derivatives forward-over-reverse, with the same "
     "adjoint and memory: `jax.jvp(jax.grad(f), (x,), (v,))` (a Hessian-vector "
     "product), `jax.hessian(f)` or `jax.jacfwd(jax.grad(f))`."
+)
+_REVERSE_THROUGH_FORWARD = (
+    "Reverse mode (`jax.grad`, `jax.vjp`, `jax.jacrev`, `jax.hessian`) of `diffeqsolve` "
+    "with `adjoint={name}`: this adjoint differentiates in forward mode only (its loop "
+    "is a `lax.while_loop`, which JAX cannot transpose). Use `adjoint=CheckpointAdjoint()` "
+    "for reverse mode, and forward over reverse with it for second derivatives "
+    "(`jax.hessian(f)`, `jax.jvp(jax.grad(f), (x,), (v,))`); with `{name}` take forward "
+    "mode only: `jax.jvp`, `jax.jacfwd`, and `jax.jacfwd(jax.jacfwd(f))` for a Hessian."
 )
 
 
@@ -66,27 +79,33 @@ def _tracer_types() -> tuple[type, type]:
 def check_autodiff(adjoint, problem, state0):
     """`(problem, state0)`, unchanged, after checking that the autodiff modes applied
     to them go through `adjoint`; raises `ValueError` naming what works otherwise.
-    Under reverse mode their floating leaves pass through an identity that refuses a
-    second reverse pass (see the module docstring)."""
+    Their floating leaves pass through an identity that refuses, where JAX would fail
+    later (see the module docstring), forward mode and a second reverse pass."""
     forward, reverse = _tracer_types()
-    if forward is reverse:  # JAX's reverse mode traced as forward mode: cannot tell
+    name = f"{type(adjoint).__name__}()"
+    if adjoint.forward_mode:  # reverse mode: `check_reverse_mode` on the loop's output
         return problem, state0
     leaves = jax.tree.leaves((problem, state0))
-    name = f"{type(adjoint).__name__}()"
-    if adjoint.forward_mode:  # JAX's reverse mode fails on its loop, with JAX's message
-        return problem, state0
-    if any(isinstance(x, forward) for x in leaves):
+    if forward is not reverse and any(isinstance(x, forward) for x in leaves):
         raise ValueError(_FORWARD_THROUGH_VJP.format(name=name))
-    dynamic, static = eqx.partition((problem, state0), eqx.is_inexact_array)
-    guard = jax.custom_jvp(lambda dynamic: dynamic)
 
-    @guard.defjvp
-    def _once_in_reverse(primals, tangents):
-        if any(isinstance(x, reverse) for x in jax.tree.leaves(primals)):
+    def once_in_reverse(primals):
+        if forward is not reverse and any(isinstance(x, reverse) for x in jax.tree.leaves(primals)):
             raise ValueError(_REVERSE_OVER_REVERSE.format(name=name))
-        return primals[0], tangents[0]
 
-    return eqx.combine(guard(dynamic), static)
+    message = _FORWARD_THROUGH_VJP.format(name=name)
+    return refuse_forward((problem, state0), message, check=once_in_reverse)
+
+
+def check_reverse_mode(adjoint, output):
+    """`output` (the loop's), unchanged; for an adjoint without reverse mode
+    (`reverse_mode` false: `ForwardMode()`) its floating leaves pass through an identity
+    whose tangent refuses to be transposed, with a message naming what works."""
+    if adjoint.reverse_mode:
+        return output
+    return refuse_reverse(
+        output, _REVERSE_THROUGH_FORWARD.format(name=f"{type(adjoint).__name__}()")
+    )
 
 
 def check_hvp_tangent(x, v):

@@ -9,7 +9,7 @@ from jax import lax
 
 from odeckpt._adjoints.base import STORE_EVERY_STEP_BYTES, check_checkpoints
 from odeckpt._controllers import AbstractLoopController
-from odeckpt._core import RESULTS, batch_size, nbytes
+from odeckpt._core import RESULTS, batch_size, nbytes, set_row
 from odeckpt._integrator import Problem, fresh_stage, restart_after
 from odeckpt._solution import DenseInterpolation
 from odeckpt._solvers import AbstractExplicitSolver, DenseStep
@@ -118,8 +118,7 @@ def _re_solve(solver, problem: Problem, tape: Tape, every: int, q, n) -> DenseIn
         if problem.controller.jump_times is not None:  # the first step starts at t0 itself
             t0 = jnp.where(first + r > 0, restart_after(problem, t0)[0], t0)
         out = solver.attempt(problem.term, t0, t1 - t0, y, k, problem.args)
-        put = lambda b, v: b.at[r].set(v)  # noqa: E731
-        ys, rows = jax.tree.map(put, ys, y), jax.tree.map(put, rows, out.coeffs)
+        ys, rows = set_row(ys, r, y), set_row(rows, r, out.coeffs)
         k = out.state
         if problem.controller.jump_times is not None:  # as the forward pass did
             start, jumped = restart_after(problem, t1)

@@ -1,0 +1,132 @@
+"""Identities on a solve's values whose tangents refuse one use, with a message.
+
+JAX fails some autodiff modes of a solve only where it meets the loop or the custom VJP
+(evaluating a custom VJP's tangent, transposing a `lax.while_loop`), with a message
+that names neither the cause nor the fix. These identities put the refusal, with the
+message `autodiff.py` writes, where JAX would meet it, just before:
+
+- `refuse_forward` (on the inputs of a custom-VJP solve): the tangent goes through
+  `_forward_guard`, a linear primitive that raises when it is evaluated, compiled or
+  batched over tangents alone (`jax.jvp`, `jax.linearize`'s linear function,
+  `jax.jacfwd`, of a jitted solve too), and is transposed as the identity
+  (`jax.grad`, and forward over reverse, which only transposes it);
+- `refuse_reverse` (on the outputs of a `ForwardMode()` solve): the tangent goes
+  through `_reverse_guard`, an identity in forward mode (under `jax.jvp`, `jax.jacfwd`,
+  `jax.linearize`, compiled to nothing) whose transpose raises. Reverse mode transposes
+  the outputs' tangents before the loop's, so it meets this first.
+
+Each is a primitive with its own JVP (itself again: forward over forward), `jax.vmap`
+rule and compilation rule, through JAX's public extension API (`jax.extend`,
+`jax.interpreters`). `_forward_guard` takes, besides the tangent, a size-0 view of
+the primal: its `jax.vmap` rule tells `jax.jacfwd` (tangents batched, the primal not)
+from reverse mode under `jax.vmap` (both batched), where the guard is batched before
+it is transposed.
+"""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jax.custom_derivatives import SymbolicZero
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
+
+_forward_guard = Primitive("odeckpt_forward_guard")
+_reverse_guard = Primitive("odeckpt_reverse_guard")
+
+
+def _raise(*_, message: str):
+    raise ValueError(message)
+
+
+def _forward_batch(args, dims, *, message: str):
+    (marker, tangent), (marker_dim, tangent_dim) = args, dims
+    if marker_dim is None:  # tangents batched alone: `jax.jacfwd`
+        raise ValueError(message)
+    marker = jnp.moveaxis(marker, marker_dim, 0)
+    if tangent_dim is None:
+        tangent = jnp.broadcast_to(tangent, (marker.shape[0], *jnp.shape(tangent)))
+    else:
+        tangent = jnp.moveaxis(tangent, tangent_dim, 0)
+    return _forward_guard.bind(marker, tangent, message=message), 0
+
+
+def _forward_jvp(primals, tangents, *, message: str):
+    (marker, tangent), (_, tangent_dot) = primals, tangents
+    out = _forward_guard.bind(marker, tangent, message=message)
+    if type(tangent_dot) is ad.Zero:
+        return out, tangent_dot
+    return out, _forward_guard.bind(marker, tangent_dot, message=message)
+
+
+_forward_guard.def_impl(_raise)
+_forward_guard.def_abstract_eval(lambda marker, tangent, **_: tangent)
+mlir.register_lowering(_forward_guard, _raise)
+batching.primitive_batchers[_forward_guard] = _forward_batch
+ad.primitive_jvps[_forward_guard] = _forward_jvp
+ad.primitive_transposes[_forward_guard] = lambda ct, marker, tangent, **_: [None, ct]
+
+
+def _reverse_jvp(primals, tangents, *, message: str):
+    (x,), (x_dot,) = primals, tangents
+    out = _reverse_guard.bind(x, message=message)
+    if type(x_dot) is ad.Zero:
+        return out, x_dot
+    return out, _reverse_guard.bind(x_dot, message=message)
+
+
+_reverse_guard.def_impl(lambda x, **_: x)
+_reverse_guard.def_abstract_eval(lambda x, **_: x)
+mlir.register_lowering(_reverse_guard, lambda ctx, x, **_: [x])
+batching.primitive_batchers[_reverse_guard] = lambda args, dims, *, message: (
+    _reverse_guard.bind(args[0], message=message),
+    dims[0],
+)
+ad.primitive_jvps[_reverse_guard] = _reverse_jvp
+ad.primitive_transposes[_reverse_guard] = lambda ct, x, *, message: _raise(message=message)
+
+
+def _through(bind, primals, tangents):
+    """`bind(primal, tangent)` on each leaf whose tangent is not a symbolic zero."""
+    return jax.tree.map(
+        lambda x, t: t if isinstance(t, SymbolicZero) else bind(x, t),
+        primals,
+        tangents,
+        is_leaf=lambda t: isinstance(t, SymbolicZero),
+    )
+
+
+def refuse_forward(tree, message: str, *, check=None):
+    """`tree`, whose floating leaves' tangents raise `ValueError(message)` when evaluated
+    (forward mode) and are transposed as the identity (reverse mode). `check(primals)`,
+    if given, runs wherever JAX linearises `tree` (see `autodiff.check_autodiff`)."""
+
+    def forward(x, t):
+        marker = jnp.ravel(jax.lax.stop_gradient(x))[:0]
+        return _forward_guard.bind(marker, t, message=message)
+
+    guard = jax.custom_jvp(lambda dynamic: dynamic)
+
+    def rule(primals, tangents):
+        if check is not None:
+            check(primals[0])
+        return primals[0], _through(forward, primals[0], tangents[0])
+
+    _ = guard.defjvp(rule, symbolic_zeros=True)
+    dynamic, static = eqx.partition(tree, eqx.is_inexact_array)
+    return eqx.combine(guard(dynamic), static)
+
+
+def refuse_reverse(tree, message: str):
+    """`tree`, whose floating leaves' tangents raise `ValueError(message)` when
+    transposed (reverse mode) and are the identity in forward mode."""
+
+    def reverse(_, t):
+        return _reverse_guard.bind(t, message=message)
+
+    guard = jax.custom_jvp(lambda dynamic: dynamic)
+    _ = guard.defjvp(
+        lambda primals, tangents: (primals[0], _through(reverse, primals[0], tangents[0])),
+        symbolic_zeros=True,
+    )
+    dynamic, static = eqx.partition(tree, eqx.is_inexact_array)
+    return eqx.combine(guard(dynamic), static)
