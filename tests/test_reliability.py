@@ -162,3 +162,22 @@ def test_eager_calls_reuse_the_compiled_loop_and_read_globals_afresh(caplog, mon
     assert _loop_compilations(caplog) == 1
     np.testing.assert_allclose(first, np.exp(-0.5 * 2.0) * np.ones(2), rtol=1e-5)
     np.testing.assert_allclose(second, 3 * np.exp(-2.0 * 2.0) * np.ones(2), rtol=1e-5)
+
+
+def test_fields_alike_but_for_their_callbacks_keep_their_own():
+    """Two vector fields whose programs print alike (a callback prints without its
+    identity) are compiled apart: each solve calls its own callback."""
+
+    def counting():
+        calls = []
+
+        def field(t, y, args):
+            jax.debug.callback(lambda: calls.append(1))
+            return -y
+
+        return field, calls
+
+    (first, first_calls), (second, second_calls) = counting(), counting()
+    for field in (first, second):
+        jax.block_until_ready(oc.diffeqsolve(field, oc.Euler(), 0.0, 1.0, 0.25, jnp.ones(2)).ys)
+    assert len(first_calls) == len(second_calls) > 0

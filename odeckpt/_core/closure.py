@@ -9,28 +9,79 @@ their inputs and constants, so `diffeqsolve`'s compiled loop is reused across ca
 (closed over or global) is a constant passed in, never with stale values.
 """
 
+import enum
 from collections.abc import Callable
 
 import equinox as eqx
 import jax
 import jax.extend
+import numpy as np
 
 
 class _Program:
-    """A traced program, equal to another with the same text (hashable, for the
-    compiled loop's cache key)."""
+    """A traced program, equal to another with the same text, the same constants of its
+    inner programs, and the very same objects among its parameters that print without
+    their identity (callbacks, custom rules): hashable, for the compiled loop's cache
+    key. A parameter of a type not known to print faithfully counts as such an object,
+    so an unknown kind of program costs a compilation, never a stale result."""
 
-    __slots__ = ("jaxpr", "text")
+    __slots__ = ("jaxpr", "text", "opaque", "inner_consts")
 
     def __init__(self, jaxpr: jax.extend.core.Jaxpr):
         self.jaxpr = jaxpr
         self.text = str(jaxpr)
+        opaque, inner_consts = [], []
+        _walk(jaxpr, opaque, inner_consts)
+        self.opaque = tuple(opaque)
+        self.inner_consts = tuple(inner_consts)
 
     def __eq__(self, other) -> bool:
-        return type(other) is type(self) and self.text == other.text
+        return (
+            type(other) is type(self)
+            and self.text == other.text
+            and len(self.opaque) == len(other.opaque)
+            and all(a is b for a, b in zip(self.opaque, other.opaque, strict=True))
+            and self.inner_consts == other.inner_consts
+        )
 
     def __hash__(self) -> int:
-        return hash(self.text)
+        return hash((self.text, self.inner_consts))
+
+
+_PRINTED = (bool, int, float, complex, str, bytes, type(None), np.dtype, np.generic, enum.Enum)
+
+
+def _walk(jaxpr, opaque: list, inner_consts: list) -> None:
+    """Collect what `str(jaxpr)` leaves out: parameters that are not plain printable
+    values, and the constants of inner closed programs (by value)."""
+    for eqn in jaxpr.eqns:
+        for value in eqn.params.values():
+            _visit(value, opaque, inner_consts)
+
+
+def _visit(value, opaque: list, inner_consts: list) -> None:
+    if isinstance(value, jax.extend.core.ClosedJaxpr):
+        _walk(value.jaxpr, opaque, inner_consts)
+        for c in value.consts:
+            _visit_const(c, opaque, inner_consts)
+    elif isinstance(value, jax.extend.core.Jaxpr):
+        _walk(value, opaque, inner_consts)
+    elif isinstance(value, tuple | list):
+        for v in value:
+            _visit(v, opaque, inner_consts)
+    elif not isinstance(value, _PRINTED):
+        opaque.append(value)
+
+
+def _visit_const(c, opaque: list, inner_consts: list) -> None:
+    if isinstance(c, np.ndarray | np.generic | int | float | complex | bool):
+        a = np.asarray(c)
+        inner_consts.append((a.shape, str(a.dtype), a.tobytes()))
+    elif isinstance(c, jax.Array) and not isinstance(c, jax.core.Tracer):
+        a = np.asarray(c)
+        inner_consts.append((a.shape, str(a.dtype), a.tobytes()))
+    else:
+        opaque.append(c)
 
 
 class _Key:
