@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import equinox as eqx
 import jax
+import jax.core
 import jax.extend
 import numpy as np
 
