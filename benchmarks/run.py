@@ -50,6 +50,7 @@ REGISTRY = {
     "floor": "bench_floor",
     "reversible_adjoint": "bench_reversible_adjoint",
     "hvp": "bench_hvp",
+    "eager": "bench_eager",
 }
 
 # Full mode's time limit on an idle 2-core CPU, and each section's share of it in seconds:
@@ -86,6 +87,7 @@ FULL_BUDGET_SECONDS = {
     "floor": 120,
     "reversible_adjoint": 300,
     "hvp": 120,
+    "eager": 120,
 }
 
 _BLOCK = re.compile(r"<!-- section:(\w+) -->\n.*?<!-- /section:\1 -->\n", re.S)

@@ -2,6 +2,8 @@
 internal time (which increases), build the problem and the integrator, run the
 adjoint's loop, build the `Solution`, and raise if the solve failed."""
 
+import functools as ft
+
 import equinox as eqx
 import jax
 import jax.core
@@ -15,7 +17,14 @@ from odeckpt._controllers import (
     expected_step_count,
     t1_floor,
 )
-from odeckpt._core import RESULTS, as_arrays, concrete, promoted_dtype, raise_if_failed
+from odeckpt._core import (
+    RESULTS,
+    as_arrays,
+    closure_convert,
+    concrete,
+    promoted_dtype,
+    raise_if_failed,
+)
 from odeckpt._integrator import EventRequest, Integrator, Problem, SaveLayout, SaveRequest
 from odeckpt._solvers import AbstractSolver
 
@@ -145,7 +154,9 @@ def diffeqsolve(
         state0 = state0.with_result(code)
     adjoint = adjoint.with_throw(throw)
     problem, state0 = check_autodiff(adjoint, problem, state0)
-    out = check_reverse_mode(adjoint, adjoint.loop(integrator, problem, state0, max_steps))
+    traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((problem, state0)))
+    loop = adjoint.loop if traced else ft.partial(_compiled_loop, adjoint)
+    out = check_reverse_mode(adjoint, loop(integrator, problem, state0, max_steps))
     if integrator.report is not None:
         integrator.report(tau0, tau1, out.state.t, out.num_steps, final=True)
     solution = build_solution(
@@ -156,6 +167,17 @@ def diffeqsolve(
         return solution
     # Thread the error onto every output (not only `ys`): a dense-only solve has no `ys`.
     return raise_if_failed(solution, solution.result, out.state.t * sign, *span, max_steps or 0)
+
+
+@eqx.filter_jit
+def _compiled_loop(adjoint, integrator, problem, state0, max_steps):
+    """The adjoint's loop, for a solve called outside any JAX transformation, compiled
+    once per program: a call with the same vector field (compared by its
+    closure-converted text), options and shapes reuses it, as diffrax's
+    `eqx.filter_jit` on `diffeqsolve` does. (Under `jax.jit` the caller's compilation
+    serves; under autodiff or `jax.vmap` the loop runs as it is traced, so that a
+    failure in a backward pass raises its own message.)"""
+    return adjoint.loop(integrator, problem, state0, max_steps)
 
 
 def _in_internal_time(term, direction, t0, t1, tdtype):
@@ -178,7 +200,7 @@ def _save_request(sub: SubSaveAt, sign, tau0, y0, args) -> SaveRequest:
     if sub.fn is save_y:
         return SaveRequest(ts, save_y)
     fn = sub.fn
-    return SaveRequest(ts, eqx.filter_closure_convert(
+    return SaveRequest(ts, closure_convert(
         lambda tau, y, args: fn(tau * sign, y, args), tau0, y0, args))  # fmt: skip
 
 
@@ -188,7 +210,7 @@ def _event_request(event: Event | None, real, given: dict, sign, tau0, y0, args)
     if event is None:
         return None
     conds = tuple(
-        eqx.filter_closure_convert(
+        closure_convert(
             lambda tau, y, args, cond=cond: jnp.asarray(cond(tau * sign, y, args, **given)),
             tau0, y0, args)
         for cond in event.conditions

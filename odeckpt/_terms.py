@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from odeckpt._core import Args, RealScalarLike, Y
+from odeckpt._core import Args, RealScalarLike, Y, closure_convert
 
 _VF = TypeVar("_VF")
 _Control = TypeVar("_Control")
@@ -63,11 +63,11 @@ class AbstractTerm(eqx.Module, Generic[_VF, _Control]):
 
     def closure_converted(self, t0, y0: Y, args: Args) -> "AbstractTerm":
         """`ODETerm`s of the vector fields closure-converted at `(t0, y0, args)`
-        (`eqx.filter_closure_convert`), so that the arrays they close over are leaves
+        (`closure_convert`), so that the arrays they read are leaves
         the solve's derivatives reach (`diffeqsolve`): one per part (`parts`), in a
         `MultiTerm` when there are several, so that solvers treating the parts apart
         still can."""
-        parts = [ODETerm(eqx.filter_closure_convert(p.vf, t0, y0, args)) for p in self.parts()]
+        parts = [ODETerm(closure_convert(p.vf, t0, y0, args)) for p in self.parts()]
         return parts[0] if len(parts) == 1 else MultiTerm(*parts)
 
 

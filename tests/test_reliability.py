@@ -134,3 +134,50 @@ def test_loop_cost_grows_linearly_with_steps():
 
     small, large = timed(20_000), timed(80_000)
     assert large / small < 4 * 1.8  # linear: ~4x; quadratic would be ~16x
+
+
+_RATE = jnp.asarray(0.5)
+
+
+def _global_rate(t, y, args):
+    return -_RATE * y
+
+
+def _loop_compilations(caplog) -> int:
+    return sum(r.getMessage().startswith("Compiling jit(_compiled_loop)") for r in caplog.records)
+
+
+def test_eager_calls_reuse_the_compiled_loop_and_read_globals_afresh(caplog, monkeypatch):
+    """Called outside any JAX transformation, a solve compiles its loop once per program
+    (not once per call); an array the vector field reads from a global is an input of that program,
+    so changing it changes the answer (never a stale value baked into the cache)."""
+
+    def solve(y0):
+        return oc.diffeqsolve(_global_rate, oc.Tsit5(), 0.0, 2.0, 0.1, y0).ys[0]
+
+    with caplog.at_level("WARNING"), jax.log_compiles():
+        first = solve(jnp.ones(2))
+        monkeypatch.setattr(sys.modules[__name__], "_RATE", jnp.asarray(2.0))
+        second = solve(jnp.ones(2) * 3)
+    assert _loop_compilations(caplog) == 1
+    np.testing.assert_allclose(first, np.exp(-0.5 * 2.0) * np.ones(2), rtol=1e-5)
+    np.testing.assert_allclose(second, 3 * np.exp(-2.0 * 2.0) * np.ones(2), rtol=1e-5)
+
+
+def test_fields_alike_but_for_their_callbacks_keep_their_own():
+    """Two vector fields whose programs print alike (a callback prints without its
+    identity) are compiled apart: each solve calls its own callback."""
+
+    def counting():
+        calls = []
+
+        def field(t, y, args):
+            jax.debug.callback(lambda: calls.append(1))
+            return -y
+
+        return field, calls
+
+    (first, first_calls), (second, second_calls) = counting(), counting()
+    for field in (first, second):
+        jax.block_until_ready(oc.diffeqsolve(field, oc.Euler(), 0.0, 1.0, 0.25, jnp.ones(2)).ys)
+    assert len(first_calls) == len(second_calls) > 0

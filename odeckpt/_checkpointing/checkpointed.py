@@ -21,6 +21,7 @@ from .window import flush, window_size
 
 
 @eqx.filter_custom_vjp
+@eqx.filter_jit  # compiled once per program, also when called eagerly
 def _checkpointed(vjp_arg, body, max_steps, checkpoints, expected, w, like):
     problem, state0 = as_arrays(vjp_arg)
     return forward_loop(body, problem, state0, max_steps)
@@ -41,6 +42,7 @@ def checkpointed_loop(
 
 
 @_checkpointed.def_fwd
+@eqx.filter_jit  # compiled once per program, also when called eagerly
 def _checkpointed_fwd(perturbed, vjp_arg, body, max_steps, checkpoints, expected, w, like):
     problem, state0 = as_arrays(vjp_arg)
     if checkpoints >= max_steps:
@@ -49,6 +51,7 @@ def _checkpointed_fwd(perturbed, vjp_arg, body, max_steps, checkpoints, expected
 
 
 @_checkpointed.def_bwd
+@eqx.filter_jit  # compiled once per program, also when called eagerly
 def _checkpointed_bwd(
     residuals, grad_obj, perturbed, vjp_arg, body, max_steps, checkpoints, expected, w, like
 ):

@@ -52,6 +52,7 @@ def reversible_loop(body: LoopBody, inverse: Inverse, problem, state0, max_steps
 
 
 @eqx.filter_custom_vjp
+@eqx.filter_jit  # compiled once per program, also when called eagerly
 def _reversible(vjp_arg, body, inverse, max_steps, record_like):
     problem, state0 = as_arrays(vjp_arg)
     return forward_loop(body, problem, state0, max_steps)
@@ -80,6 +81,7 @@ def _logging_body(body: LoopBody, inverse: Inverse) -> ForwardBody:
 
 
 @_reversible.def_fwd
+@eqx.filter_jit  # compiled once per program, also when called eagerly
 def _reversible_fwd(perturbed, vjp_arg, body, inverse, max_steps, record_like):
     problem, state0 = as_arrays(vjp_arg)
     scalars = eqx.filter_eval_shape(inverse.scalars, state0)
@@ -101,6 +103,7 @@ class _Unwind(eqx.Module):
 
 
 @_reversible.def_bwd
+@eqx.filter_jit  # compiled once per program, also when called eagerly
 def _reversible_bwd(residuals, grad_obj, perturbed, vjp_arg, body, inverse, max_steps, record_like):
     problem, state0 = as_arrays(vjp_arg)
     final, log = residuals

@@ -3,6 +3,8 @@ subpackage uses. Imports nothing from the rest of odeckpt.
 
 - `custom_types`: the type aliases (`Y`, `Args`, `RealScalarLike`).
 - `results`: `RESULTS`, the failure codes and their user-facing messages; raising them.
+- `closure`: closure conversion whose program compares by its text (the compiled
+  solve's cache key).
 - `concrete`: telling trace-time constants from traced values.
 - `batching`: primitives with their own `jax.vmap` rules for the loops.
 - `pack`: scalars packed into short vectors (the checkpoint record's layout).
@@ -18,6 +20,7 @@ from .batching import (
     batched_like as batched_like,
     min_in_batch as min_in_batch,
 )
+from .closure import ClosureConverted as ClosureConverted, closure_convert as closure_convert
 from .concrete import concrete as concrete
 from .custom_types import Args as Args, RealScalarLike as RealScalarLike, Y as Y
 from .pack import Packed as Packed, pack as pack, unpack as unpack

@@ -90,12 +90,14 @@ def continuous_loop(
 
 
 @eqx.filter_custom_vjp
+@eqx.filter_jit  # compiled once per program, also when called eagerly
 def _vjp_loop(vjp_arg, integrator, max_steps, adjoint, plan):
     problem, state0 = as_arrays(vjp_arg)
     return forward_loop(integrator.body(), problem, state0, max_steps)
 
 
 @_vjp_loop.def_fwd
+@eqx.filter_jit  # compiled once per program, also when called eagerly
 def _vjp_forward_pass(perturbed, vjp_arg, integrator, max_steps, adjoint, plan):
     problem, state0 = as_arrays(vjp_arg)
     _check_times_unperturbed(perturbed, type(adjoint).__name__)
@@ -118,6 +120,7 @@ def _check_times_unperturbed(perturbed, name: str) -> None:
 
 
 @_vjp_loop.def_bwd
+@eqx.filter_jit  # compiled once per program, also when called eagerly
 def _vjp_backward_pass(
     residuals, grad_obj, perturbed, vjp_arg, integrator, max_steps, adjoint, plan
 ):

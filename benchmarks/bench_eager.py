@@ -1,0 +1,129 @@
+"""Calls outside `jax.jit`: a solve and its gradient called eagerly, again and again, as
+code that does not wrap its training step or parameter sweep in `jax.jit` runs them.
+
+Both libraries compile the solve's loop on the first call and reuse it on later calls
+with the same vector field and shapes (diffrax wraps `diffeqsolve` in
+`eqx.filter_jit`; odeckpt compiles its loops and their forward and backward passes,
+keyed by the vector field's closure-converted program). What remains per call is the
+eager work around the loop: input checks, tracing the vector field once, building the
+solution. The reference for each row is the same call under `jax.jit` (its floor).
+
+Problems: the scalar decay `y' = -a y + sin t` on [0, 3] (Tsit5, `PIDController(rtol=
+1e-8, atol=1e-8)`, `dt0 = 0.1`, `SaveAt(t1)`), and a neural ODE (an MLP 2-64-64-2 with
+tanh, batch 256 as a (256, 2) state, Tsit5, PID rtol 1e-3 atol 1e-6, [0, 1]). Each: the
+forward solve, and `jax.grad` of a scalar loss (under `CheckpointAdjoint()` and diffrax's
+`RecursiveCheckpointAdjoint()`, the defaults). A new parameter value every call.
+"""
+
+import time
+
+import diffrax as dfx
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from _common import Section, Table, interleaved_samples, paired_ratio, seconds_cell
+
+import odeckpt as oc
+
+
+def _decay(t, y, a):
+    return -a * y + jnp.sin(t)
+
+
+def _decay_problem():
+    def solve(lib, a):
+        pid = lib.PIDController(rtol=1e-8, atol=1e-8)
+        term = _decay if lib is oc else dfx.ODETerm(_decay)
+        sol = lib.diffeqsolve(term, lib.Tsit5(), 0.0, 3.0, 0.1, jnp.ones(1), args=a,
+                              max_steps=256, stepsize_controller=pid)  # fmt: skip
+        return sol.ys
+
+    return "decay, 1 state", solve, jnp.asarray(0.5)
+
+
+class _Field(eqx.Module):
+    mlp: eqx.nn.MLP
+
+    def __call__(self, t, y, args):
+        return jax.vmap(self.mlp)(y)
+
+
+def _neural_problem():
+    mlp = eqx.nn.MLP(2, 2, 64, 2, activation=jnp.tanh, key=jax.random.PRNGKey(0))
+    y0 = jax.random.normal(jax.random.PRNGKey(1), (256, 2))
+
+    def solve(lib, params):
+        field = _Field(eqx.combine(params, static))
+        pid = lib.PIDController(rtol=1e-3, atol=1e-6)
+        term = field if lib is oc else dfx.ODETerm(field)
+        sol = lib.diffeqsolve(term, lib.Tsit5(), 0.0, 1.0, 0.1, y0, stepsize_controller=pid)
+        return sol.ys
+
+    params, static = eqx.partition(mlp, eqx.is_inexact_array)
+    return "neural ODE, MLP 2-64-64-2, batch 256", solve, params
+
+
+def _calls(solve, lib):
+    """`{mode: (eager, jitted)}`: the forward solve and the gradient of a scalar loss."""
+
+    def forward(p):
+        return solve(lib, p)
+
+    def loss(p):
+        return jnp.sum(solve(lib, p) ** 2)
+
+    grad = jax.grad(loss)
+    return {"forward": (forward, jax.jit(forward)), "gradient": (grad, jax.jit(grad))}
+
+
+def _first_call_seconds(fn, p) -> float:
+    jax.clear_caches()
+    start = time.perf_counter()
+    jax.block_until_ready(fn(p))
+    return time.perf_counter() - start
+
+
+def measure(quick: bool) -> list[list[str]]:
+    budget = 3.0 if quick else 15.0
+    rows = []
+    for name, solve, p in (_decay_problem(), _neural_problem()):
+        for mode in ("forward", "gradient"):
+            fns, first = {}, {}
+            for label, lib in (("odeckpt", oc), ("diffrax", dfx)):
+                eager, jitted = _calls(solve, lib)[mode]
+                first[label] = _first_call_seconds(eager, p)
+                fns[f"{label} eager"], fns[f"{label} jit"] = eager, jitted
+            samples = interleaved_samples(fns, (p,), budget)
+            median = {k: sorted(v)[len(v) // 2] for k, v in samples.items()}
+            rows.append([
+                name, mode,
+                seconds_cell(first["odeckpt"]), seconds_cell(first["diffrax"]),
+                seconds_cell(median["odeckpt eager"]), seconds_cell(median["diffrax eager"]),
+                f"{paired_ratio(samples['odeckpt eager'], samples['diffrax eager']):.2f}",
+                f"{paired_ratio(samples['odeckpt eager'], samples['odeckpt jit']):.1f}",
+                f"{paired_ratio(samples['diffrax eager'], samples['diffrax jit']):.1f}",
+            ])  # fmt: skip
+    return rows
+
+
+def run(quick: bool) -> Section:
+    table = Table(
+        ["problem", "call", "first call: odeckpt", "first call: diffrax",
+         "later calls: odeckpt", "later calls: diffrax", "odeckpt / diffrax",
+         "odeckpt eager / jit", "diffrax eager / jit"],
+        measure(quick),
+    )  # fmt: skip
+    notes = [
+        "First call: wall time of the first eager call after `jax.clear_caches()` "
+        "(tracing and compilation included). Later calls: medians of interleaved samples "
+        "of eager calls with the loop already compiled; the ratios are medians of "
+        "per-round ratios, against diffrax's eager call and against the library's own "
+        "call under `jax.jit`.",
+        "diffrax's compiled `diffeqsolve` is keyed on the identity of the vector field, "
+        "so an array the field reads from a global keeps the value it had when first "
+        "compiled (a later change is silently ignored); odeckpt passes every array the "
+        "field reads into the compiled loop, so a changed global is read afresh "
+        "(`tests/test_reliability.py`).",
+    ]
+    return Section(title="Eager calls: a solve and its gradient outside `jax.jit`",
+                   table=table, notes=notes)  # fmt: skip
