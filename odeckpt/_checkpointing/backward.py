@@ -186,7 +186,8 @@ def _window_entries(plan: _Plan, start, w: int):
 def _open_window(slots, decisions, plan: _Plan, start, w: int) -> _Window:
     index, rows, valid = _window_entries(plan, start, w)
     stored = row(slots, plan.stack_slot[index])
-    rows = jnp.where(valid, rows, w + jnp.arange(w))  # distinct, the invalid ones dropped
+    spare = w + jnp.arange(w, dtype=rows.dtype)  # distinct rows, the invalid ones dropped
+    rows = jnp.where(valid, rows, spare)
     states = set_row(jax.tree.map(jnp.zeros_like, stored), rows, stored)
     return _Window(start, read_window(decisions, start, w), states, w)
 
@@ -196,7 +197,9 @@ def _close_window(slots, plan: _Plan, window: _Window, c: int):
     index, rows, valid = _window_entries(plan, window.start, window.w)
     values = row(window.states, jnp.clip(rows, 0, window.w - 1))
     return set_row(
-        slots, jnp.where(valid, plan.stack_slot[index], c + jnp.arange(window.w)), values
+        slots,
+        jnp.where(valid, plan.stack_slot[index], c + jnp.arange(window.w, dtype=index.dtype)),
+        values,
     )
 
 
