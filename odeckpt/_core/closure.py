@@ -75,10 +75,9 @@ def _visit(value, opaque: list, inner_consts: list) -> None:
 
 
 def _visit_const(c, opaque: list, inner_consts: list) -> None:
-    if isinstance(c, np.ndarray | np.generic | int | float | complex | bool):
-        a = np.asarray(c)
-        inner_consts.append((a.shape, str(a.dtype), a.tobytes()))
-    elif isinstance(c, jax.Array) and not isinstance(c, jax.core.Tracer):
+    """A concrete constant by value; a traced one (or anything else) by identity."""
+    concrete = np.ndarray | np.generic | int | float | complex | bool | jax.Array
+    if isinstance(c, concrete) and not isinstance(c, jax.core.Tracer):
         a = np.asarray(c)
         inner_consts.append((a.shape, str(a.dtype), a.tobytes()))
     else:
