@@ -197,16 +197,20 @@ EXAMPLES = (
         reported=((4, "sol.stats['num_steps']"),),
         ignore=TIMING + r"|Took \d+ steps",
         rtol=1e-6,
-        atol=1e-8,
+        atol=1e-6,
         why_tolerance=(
-            "the example's atol (1e-8), and 100 times its rtol: the global error of "
-            "a solve at local tolerance 1e-8 (the two take different steps)"
+            "100 times the example's rtol and atol (1e-8): these bound each step's "
+            "local error, not the global error, which is larger for both libraries "
+            "(SaveAt(ts) values between Kvaerno5's long steps come from its dense "
+            "output; `tests/test_stiff.py::test_robertson_diffrax_example` holds "
+            "odeckpt's within 1e-6 of SciPy's Radau at rtol 1e-12), and the two take "
+            "different steps"
         ),
         differs=(
-            "Kvaerno5 takes fewer, longer steps here (`num_steps` below): odeckpt's Newton "
-            "iterations have their own tolerances and converge where diffrax's, at the "
-            "controller's tolerances, fail and reject the step, so diffrax's global "
-            "error is smaller"
+            "Kvaerno5 takes fewer, longer steps here (`num_steps` below), as diffrax "
+            "itself did when the example's stored output was made (34 steps); diffrax "
+            "0.7.2's Newton iterations, at the controller's tolerances, fail and reject "
+            "steps where odeckpt's, with their own tolerances, converge"
         ),
     ),
     Example(

@@ -354,6 +354,24 @@ def test_robertson_matches_radau(name):
     assert error <= GLOBAL_FACTOR[name]
 
 
+@slow
+def test_robertson_diffrax_example():
+    """diffrax's stiff-ODE example (Kvaerno5, PID rtol = atol = 1e-8, outputs at
+    decades from 1e-4 to 100): the interior outputs come from the dense output between
+    steps up to 10 long, so the global error exceeds the local tolerance (by about 10
+    here, as any local-error control allows), but stays within 1e-6 of SciPy's Radau
+    at rtol 1e-12, the tolerance `benchmarks/diffrax_examples.py` compares the two
+    libraries with."""
+    ts = (0.0, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
+    sol = oc.diffeqsolve(
+        robertson, oc.Kvaerno5(), 0.0, 100.0, 2e-4, jnp.asarray(ROBERTSON_Y0),
+        jnp.asarray(ROBERTSON_K), saveat=oc.SaveAt(ts=jnp.asarray(ts)),
+        stepsize_controller=pid(1e-8, 1e-8),
+    )  # fmt: skip
+    assert scaled_error(sol.ys, radau("robertson", 100.0, ts), 1e-6, 1e-6) <= 1.0
+    assert scaled_error(sol.ys[-1], radau("robertson", 100.0)[0], 1e-8, 1e-8) <= 1.0
+
+
 # Ros3P is left out: its error estimate cannot see the (locally linear) stiff decay
 # onto the slow manifold; at interior output times its x' was off by 1e4 times the
 # tolerance (documented in `Ros3P`).

@@ -133,10 +133,9 @@ CASES["traced_schedule-pid"] = _traced_schedule(_PID)
 
 # The default run keeps these (each compiles twice); the rest are marked slow.
 _QUICK = {
-    "euler-constant", "step_to", "pid-pcoeff-f32",
-    "checkpoint_3-t0_t1-reversed", "interpolating-ts", "backsolve-t0_t1",
-    "interpolating-f32-f64_times", "backsolve-f32-f64_times",
-    "f32-rodas5p", "forward_mode-jvp", "grad_t1", "progress_meter",
+    "euler-constant", "pid-pcoeff-f32", "checkpoint_3-t0_t1-reversed",
+    "interpolating-ts", "backsolve-f32-f64_times", "f32-rodas5p", "forward_mode-jvp",
+    "progress_meter",
 }  # fmt: skip
 
 
