@@ -18,12 +18,12 @@ these solvers suit systems up to a few hundred unknowns; larger or sparse system
 want a Krylov method, which this module does not provide.
 """
 
+import functools as ft
 from collections.abc import Callable
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import jax.scipy.linalg as jsl
 from jax.flatten_util import ravel_pytree
 
 from odeckpt._core import Args, Y, from_real_view, real_view
@@ -68,9 +68,16 @@ def unravel_rows(flat: Flat, rows: jax.Array) -> Y:
     return jax.vmap(flat.unravel)(rows)
 
 
-def jacobian(f: FlatField, t, y) -> jax.Array:
-    """`df/dy(t, y)` as an `(n, n)` matrix: `n` batched forward-mode products."""
+def jacobian(f: FlatField, t, y, unit=None) -> jax.Array:
+    """`df/dy(t, y)` as an `(n, n)` matrix: `n` batched forward-mode products.
+
+    `unit` (a traced 1, default 1) scales the basis the products are taken along:
+    inside a loop, a `unit` that depends on the loop's state keeps XLA from hoisting
+    the products out of the loop when `f` is linear.
+    """
     basis = jnp.eye(y.shape[0], dtype=y.dtype)
+    if unit is not None:
+        basis = basis * jnp.asarray(unit, y.dtype)
     columns = jax.vmap(lambda v: jax.jvp(lambda z: f(t, z), (y,), (v,))[1])(basis)
     return columns.T
 
@@ -103,29 +110,43 @@ class Factorisation(eqx.Module):
 
     Attributes:
         matrix: the inverse (`n <= SMALL`) or the packed LU factors.
-        pivots: the LU pivots, as floats of the matrix's real dtype (so that the
-            record can pass where only floating outputs are allowed); `None` with an
-            inverse. A complex matrix (`RadauIIA5`'s) is factorised the same way.
+        permutation: the LU's row permutation (`matrix[permutation] = L U`), as floats
+            of the matrix's real dtype (so that the record can pass where only floating
+            outputs are allowed); `None` with an inverse. A complex matrix
+            (`RadauIIA5`'s) is factorised the same way. The permutation, not LAPACK's
+            pivots, is kept: turning pivots into a permutation is a loop over the rows,
+            which `jax.scipy.linalg.lu_solve` would run again for every solve (half
+            the cost of a solve on 256 unknowns).
     """
 
     matrix: jax.Array
-    pivots: jax.Array | None
+    permutation: jax.Array | None
 
 
 def factor(matrix: jax.Array) -> Factorisation:
     """Prepare `matrix` for `solve` (LU with partial pivoting, or its inverse)."""
     if matrix.shape[0] <= SMALL:
         return Factorisation(jnp.linalg.inv(matrix), None)
-    lu, pivots = jsl.lu_factor(matrix)
-    return Factorisation(lu, pivots.astype(jnp.finfo(lu.dtype).dtype))
+    lu, _, permutation = jax.lax.linalg.lu(matrix)
+    return Factorisation(lu, permutation.astype(jnp.finfo(lu.dtype).dtype))
 
 
 def solve(fact: Factorisation, rhs: jax.Array, transpose: bool = False) -> jax.Array:
-    """Solve `matrix x = rhs` (or `matrix^T x = rhs`) with `fact = factor(matrix)`."""
-    if fact.pivots is None:
+    """Solve `matrix x = rhs` (or `matrix^T x = rhs`) with `fact = factor(matrix)`;
+    `rhs` is a vector or a matrix of right-hand sides (columns)."""
+    if fact.permutation is None:
         return (fact.matrix.T if transpose else fact.matrix) @ rhs
-    lu = (fact.matrix, fact.pivots.astype(jnp.int32))
-    return jsl.lu_solve(lu, rhs, trans=1 if transpose else 0)
+    lu, permutation = fact.matrix, fact.permutation.astype(jnp.int32)
+    b = rhs[:, None] if rhs.ndim == 1 else rhs
+    triangular = ft.partial(jax.lax.linalg.triangular_solve, lu, left_side=True)
+    if transpose:  # matrix^T = U^T L^T P: x[permutation] = L^-T U^-T rhs
+        x = triangular(b, lower=False, transpose_a=True)
+        x = triangular(x, lower=True, unit_diagonal=True, transpose_a=True)
+        x = jnp.zeros_like(x).at[permutation].set(x, unique_indices=True)
+    else:  # P matrix = L U
+        x = triangular(b[permutation], lower=True, unit_diagonal=True)
+        x = triangular(x, lower=False)
+    return x[:, 0] if rhs.ndim == 1 else x
 
 
 def inverse(matrix: jax.Array) -> Callable[[jax.Array], jax.Array]:
