@@ -173,6 +173,33 @@ def test_van_der_pol_against_radau():
     assert scaled_error(sol.ys[0], radau("van_der_pol", 3000.0)[0], tol, tol) <= 800
 
 
+@slow
+@pytest.mark.parametrize("name", ["ImplicitEuler", "Kvaerno4"])
+def test_global_error_multiple_is_diffrax_s(name):
+    """The multiples above belong to the methods, not to this implementation: the same
+    solves with diffrax's `ImplicitEuler` (Robertson, rtol 1e-4) and `Kvaerno4` (Van der
+    Pol mu = 1000, rtol = atol = 1e-6) end as far from SciPy's Radau, in units of the
+    tolerance (to within 10%), or farther."""
+    import diffrax
+
+    if name == "ImplicitEuler":
+        field, t1, y0, args, rtol, atol = robertson, 1e5, ROBERTSON_Y0, ROBERTSON_K, 1e-4, 1e-8
+        ref = radau("robertson", t1)[0]
+    else:
+        field, t1, y0, args, rtol, atol = van_der_pol, 3000.0, (2.0, 0.0), 1000.0, 1e-6, 1e-6
+        ref = radau("van_der_pol", t1)[0]
+    errors = {}
+    for lib in (oc, diffrax):
+        term = diffrax.ODETerm(field) if lib is diffrax else field
+        controller = lib.PIDController(rtol=rtol, atol=atol)
+        sol = lib.diffeqsolve(term, getattr(lib, name)(), 0.0, t1, None, jnp.asarray(y0),
+                              jnp.asarray(args), max_steps=65536,
+                              stepsize_controller=controller)  # fmt: skip
+        errors[lib] = scaled_error(sol.ys[-1], ref, rtol, atol)
+    assert errors[oc] > 1.0  # the global error does exceed the local tolerance
+    assert errors[oc] <= 1.1 * errors[diffrax]
+
+
 # ----------------------------------------------------------------------------------
 # Gradients
 
