@@ -116,7 +116,7 @@ def newton_increment(tableau: RadauTableau, system: NewtonSystem, h, fields, z):
     g, w = t_inv @ fields, t_inv @ z
     real = la.solve(system.filter, h * tableau.gamma0 * g[0] - w[0])  # gamma0 = 1 / lam
     w_pair = lax.complex(w[1], w[2])
-    rhs = h * lax.complex(g[1], g[2]) - lax.complex(alpha, beta).astype(w_pair.dtype) * w_pair
+    rhs = lax.complex(h * g[1], h * g[2]) - lax.complex(alpha, beta).astype(w_pair.dtype) * w_pair
     pair = la.solve(system.pair, rhs)  # pyright: ignore[reportArgumentType]
     return t @ jnp.stack([real, jnp.real(pair), jnp.imag(pair)])
 
