@@ -126,7 +126,7 @@ VECTOR_FIELD = [
     Case("vector field returns complex values for a real `y`", "TypeError",
          "The vector field must return `y`'s dtype; for leaf y0 `f(t0, y0, args)` "
          "returned complex128",
-         lambda: _solve(f=lambda t, y, a: 1j * y)),
+         lambda: _solve(f=lambda t, y, a: y.astype(jnp.complex128))),
     Case("a tuple of terms for a solver that takes one", "ValueError",
          "`Tsit5` takes one term, not a tuple of 2 terms: pass one `ODETerm(f)`",
          lambda: _solve(f=(oc.ODETerm(_decay), oc.ODETerm(_decay)))),

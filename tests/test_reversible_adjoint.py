@@ -55,7 +55,9 @@ CONTROLS = {
 }
 SAVES = {
     "t1": lambda t0, t1: oc.SaveAt(t1=True),
-    "ts": lambda t0, t1: oc.SaveAt(ts=t0 + (t1 - t0) * jnp.asarray([0.1, 0.45, 0.8])),
+    "ts": lambda t0, t1: oc.SaveAt(
+        ts=t0 + (t1 - t0) * jnp.asarray([0.1, 0.45, 0.8], jnp.result_type(t0, t1))
+    ),
     "steps-fn": lambda t0, t1: oc.SaveAt(steps=True, fn=lambda t, y, args: jnp.sin(y)),
 }
 

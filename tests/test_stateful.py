@@ -88,7 +88,7 @@ def _forward_then_back(y0, num_steps: int, dt: float):
     """The state after `num_steps` steps of `ReversibleHeun`, and the initial state
     reconstructed from it by as many `reverse_step`s."""
     solver, term = oc.ReversibleHeun(), oc.ODETerm(_lotka_volterra)
-    times = jnp.arange(num_steps) * dt
+    times = jnp.arange(num_steps, dtype=float) * dt
 
     def forward(carry, t0):
         y, state = carry
