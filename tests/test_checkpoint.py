@@ -308,16 +308,13 @@ def _counting_field():
 
 
 @pytest.mark.parametrize(
-    "n, c, schedule",
-    [
-        pytest.param(n, c, schedule, id=f"{n}-{c}-{schedule}",
-                     marks=() if (n, c) in {(10, 3), (37, 4)} or (n, c, schedule) == (
-                         200, 90, "traced") else pytest.mark.slow)
-        for n, c in [(10, 3), (37, 4), (60, 2), (7, 1), (25, 25), (200, 90)]
-        for schedule in ["table", "traced", "known"]
-    ],
+    "n_c, schedule",
+    sampled_matrix({(nc, s) for nc in ("10_3", "37_4") for s in ("table", "traced", "known")}
+                   | {("200_90", "traced")},
+                   n_c=["10_3", "37_4", "60_2", "7_1", "25_25", "200_90"],
+                   schedule=["table", "traced", "known"]),
 )  # fmt: skip
-def test_evaluations_match_the_plan(n, c, schedule, monkeypatch):
+def test_evaluations_match_the_plan(n_c, schedule, monkeypatch):
     """The traced loop performs exactly the plan of `odeckpt.schedules`: 1 evaluation
     at the start, 6 per Tsit5 step evaluation (forward, advance or taped) and 1 per
     checkpoint restore (the first stage is recomputed). With a traced `t1` the number
@@ -325,6 +322,7 @@ def test_evaluations_match_the_plan(n, c, schedule, monkeypatch):
     and fixed steps it is known (`schedules.known_plan`)."""
     from odeckpt._checkpointing import checkpointed as _checkpointed
 
+    n, c = (int(x) for x in n_c.split("_"))
     if schedule == "traced":
         monkeypatch.setattr(_checkpointed, "_TABLE_LIMIT", 0)
     vf, calls = _counting_field()
