@@ -19,11 +19,12 @@ with (told from those of `jax.vjp` by tracing an identity with each once); where
 solve is traced without them (`jax.jvp(jax.jit(f))`, `jax.jacfwd(jax.jit(f))`, the
 linear function of `jax.linearize`), the inputs' tangents raise where they are
 evaluated, compiled or batched (`tangent_guards.refuse_forward`), just before JAX
-would meet the custom VJP. The second is seen where the inner reverse pass linearises
-the solve: the same identity's custom JVP receives the values the linearisation starts
-from; under an outer reverse pass those are that pass's tracers (a solve compiled on
-its own, `jax.grad(jax.grad(jax.jit(f)))`, is seen by neither, and gets JAX's
-message). Reverse mode of a `ForwardMode()` solve cannot be refused from the inputs
+would meet the custom VJP. The second is seen where the outer pass linearises the
+values the inner reverse pass starts from (the solve's inputs as the inner pass's
+linearisation returns them, through an identity that refuses to be linearised again:
+`tangent_guards`), before it reaches the loops, whether the solve is compiled on its
+own (`jax.grad(jax.grad(jax.jit(f)))`) or not.
+Reverse mode of a `ForwardMode()` solve cannot be refused from the inputs
 (`jax.vjp` and `jax.linearize` trace a solve alike, and `jax.linearize` goes through
 it): the loop's outputs pass through an identity whose tangent refuses to be
 transposed (`tangent_guards.refuse_reverse`), which reverse mode meets before the loop.
@@ -47,9 +48,10 @@ _REVERSE_OVER_REVERSE = (
     "Reverse mode over reverse mode (`jax.grad` or `jax.jacrev` of a function that "
     "takes `jax.grad`/`jax.vjp` through `diffeqsolve`) is not supported with "
     "`adjoint={name}`: the outer pass would have to transpose the inner one's forward "
-    "and backward loops. Take second derivatives forward-over-reverse, with the same "
-    "adjoint and memory: `jax.jvp(jax.grad(f), (x,), (v,))` (a Hessian-vector "
-    "product), `jax.hessian(f)` or `jax.jacfwd(jax.grad(f))`."
+    "and backward loops (`jax.linearize` of such a function is refused with it). Take "
+    "second derivatives forward-over-reverse, with the same adjoint and memory: "
+    "`jax.jvp(jax.grad(f), (x,), (v,))` (a Hessian-vector product), `jax.hessian(f)` "
+    "or `jax.jacfwd(jax.grad(f))`."
 )
 _REVERSE_THROUGH_FORWARD = (
     "Reverse mode (`jax.grad`, `jax.vjp`, `jax.jacrev`, `jax.hessian`) of `diffeqsolve` "
@@ -89,12 +91,10 @@ def check_autodiff(adjoint, problem, state0):
     if forward is not reverse and any(isinstance(x, forward) for x in leaves):
         raise ValueError(_FORWARD_THROUGH_VJP.format(name=name))
 
-    def once_in_reverse(primals):
-        if forward is not reverse and any(isinstance(x, reverse) for x in jax.tree.leaves(primals)):
-            raise ValueError(_REVERSE_OVER_REVERSE.format(name=name))
-
-    message = _FORWARD_THROUGH_VJP.format(name=name)
-    return refuse_forward((problem, state0), message, check=once_in_reverse)
+    forward_message = _FORWARD_THROUGH_VJP.format(name=name)
+    return refuse_forward(
+        (problem, state0), forward_message, _REVERSE_OVER_REVERSE.format(name=name)
+    )
 
 
 def check_reverse_mode(adjoint, output):

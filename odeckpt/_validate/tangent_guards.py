@@ -13,7 +13,14 @@ message `autodiff.py` writes, where JAX would meet it, just before:
 - `refuse_reverse` (on the outputs of a `ForwardMode()` solve): the tangent goes
   through `_reverse_guard`, an identity in forward mode (under `jax.jvp`, `jax.jacfwd`,
   `jax.linearize`, compiled to nothing) whose transpose raises. Reverse mode transposes
-  the outputs' tangents before the loop's, so it meets this first.
+  the outputs' tangents before the loop's, so it meets this first;
+- `refuse_forward`'s linearisation (where a reverse pass of a custom-VJP solve starts
+  from its inputs): the inputs go through `_linearise_guard`, an identity whose JVP
+  raises where a second pass linearises it (its tangent is a partial-evaluation
+  tracer: `jax.grad`, `jax.vjp`, `jax.linearize` of a function that takes a gradient
+  through the solve, compiled on its own too) and is itself again otherwise (forward
+  over reverse: `jax.jvp`, `jax.jacfwd`, `jax.hessian`). A second pass evaluates the
+  first one's values in order, so it meets the guard before the loops that use them.
 
 Each is a primitive with its own JVP (itself again: forward over forward), `jax.vmap`
 rule and compilation rule, through JAX's public extension API (`jax.extend`,
@@ -29,9 +36,11 @@ import jax.numpy as jnp
 from jax.custom_derivatives import SymbolicZero
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
+from jax.interpreters.partial_eval import JaxprTracer
 
 _forward_guard = Primitive("odeckpt_forward_guard")
 _reverse_guard = Primitive("odeckpt_reverse_guard")
+_linearise_guard = Primitive("odeckpt_linearise_guard")
 
 
 def _raise(*_, message: str):
@@ -85,6 +94,27 @@ ad.primitive_jvps[_reverse_guard] = _reverse_jvp
 ad.primitive_transposes[_reverse_guard] = lambda ct, x, *, message: _raise(message=message)
 
 
+def _linearise_jvp(primals, tangents, *, message: str):
+    (x,), (x_dot,) = primals, tangents
+    if isinstance(x_dot, JaxprTracer):  # linearised: a second reverse pass
+        raise ValueError(message)
+    out = _linearise_guard.bind(x, message=message)
+    if type(x_dot) is ad.Zero:
+        return out, x_dot
+    return out, _linearise_guard.bind(x_dot, message=message)
+
+
+_linearise_guard.def_impl(lambda x, **_: x)
+_linearise_guard.def_abstract_eval(lambda x, **_: x)
+mlir.register_lowering(_linearise_guard, lambda ctx, x, **_: [x])
+batching.primitive_batchers[_linearise_guard] = lambda args, dims, *, message: (
+    _linearise_guard.bind(args[0], message=message),
+    dims[0],
+)
+ad.primitive_jvps[_linearise_guard] = _linearise_jvp
+ad.primitive_transposes[_linearise_guard] = lambda ct, x, *, message: [ct]
+
+
 def _through(bind, primals, tangents):
     """`bind(primal, tangent)` on each leaf whose tangent is not a symbolic zero."""
     return jax.tree.map(
@@ -95,10 +125,11 @@ def _through(bind, primals, tangents):
     )
 
 
-def refuse_forward(tree, message: str, *, check=None):
+def refuse_forward(tree, message: str, twice: str):
     """`tree`, whose floating leaves' tangents raise `ValueError(message)` when evaluated
-    (forward mode) and are transposed as the identity (reverse mode). `check(primals)`,
-    if given, runs wherever JAX linearises `tree` (see `autodiff.check_autodiff`)."""
+    (forward mode) and are transposed as the identity (reverse mode); where reverse
+    mode linearises `tree`, its values raise `ValueError(twice)` if a second reverse
+    pass linearises them in turn (reverse over reverse)."""
 
     def forward(x, t):
         marker = jnp.ravel(jax.lax.stop_gradient(x))[:0]
@@ -107,9 +138,8 @@ def refuse_forward(tree, message: str, *, check=None):
     guard = jax.custom_jvp(lambda dynamic: dynamic)
 
     def rule(primals, tangents):
-        if check is not None:
-            check(primals[0])
-        return primals[0], _through(forward, primals[0], tangents[0])
+        values = jax.tree.map(lambda x: _linearise_guard.bind(x, message=twice), primals[0])
+        return values, _through(forward, primals[0], tangents[0])
 
     _ = guard.defjvp(rule, symbolic_zeros=True)
     dynamic, static = eqx.partition(tree, eqx.is_inexact_array)
