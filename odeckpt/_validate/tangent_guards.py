@@ -39,8 +39,6 @@ from jax.interpreters import ad, batching, mlir
 from jax.interpreters.partial_eval import JaxprTracer
 
 _forward_guard = Primitive("odeckpt_forward_guard")
-_reverse_guard = Primitive("odeckpt_reverse_guard")
-_linearise_guard = Primitive("odeckpt_linearise_guard")
 
 
 def _raise(*_, message: str):
@@ -75,44 +73,43 @@ ad.primitive_jvps[_forward_guard] = _forward_jvp
 ad.primitive_transposes[_forward_guard] = lambda ct, marker, tangent, **_: [None, ct]
 
 
-def _reverse_jvp(primals, tangents, *, message: str):
-    (x,), (x_dot,) = primals, tangents
-    out = _reverse_guard.bind(x, message=message)
-    if type(x_dot) is ad.Zero:
-        return out, x_dot
-    return out, _reverse_guard.bind(x_dot, message=message)
+def _identity_guard(name: str, transpose, refuses_tangent=lambda tangent: False) -> Primitive:
+    """An identity primitive carrying a `message`: compiled to nothing, batched as
+    itself, its JVP itself again (raising the message first where `refuses_tangent`
+    holds of the tangent), its transpose `transpose(ct, message)`."""
+    guard = Primitive(name)
+
+    def jvp(primals, tangents, *, message: str):
+        (x,), (x_dot,) = primals, tangents
+        if refuses_tangent(x_dot):
+            raise ValueError(message)
+        out = guard.bind(x, message=message)
+        if type(x_dot) is ad.Zero:
+            return out, x_dot
+        return out, guard.bind(x_dot, message=message)
+
+    guard.def_impl(lambda x, **_: x)
+    guard.def_abstract_eval(lambda x, **_: x)
+    mlir.register_lowering(guard, lambda ctx, x, **_: [x])
+    batching.primitive_batchers[guard] = lambda args, dims, *, message: (
+        guard.bind(args[0], message=message),
+        dims[0],
+    )
+    ad.primitive_jvps[guard] = jvp
+    ad.primitive_transposes[guard] = lambda ct, x, *, message: transpose(ct, message)
+    return guard
 
 
-_reverse_guard.def_impl(lambda x, **_: x)
-_reverse_guard.def_abstract_eval(lambda x, **_: x)
-mlir.register_lowering(_reverse_guard, lambda ctx, x, **_: [x])
-batching.primitive_batchers[_reverse_guard] = lambda args, dims, *, message: (
-    _reverse_guard.bind(args[0], message=message),
-    dims[0],
+# Transposing it raises: reverse mode through `ForwardMode()`.
+_reverse_guard = _identity_guard(
+    "odeckpt_reverse_guard", lambda ct, message: _raise(message=message)
 )
-ad.primitive_jvps[_reverse_guard] = _reverse_jvp
-ad.primitive_transposes[_reverse_guard] = lambda ct, x, *, message: _raise(message=message)
-
-
-def _linearise_jvp(primals, tangents, *, message: str):
-    (x,), (x_dot,) = primals, tangents
-    if isinstance(x_dot, JaxprTracer):  # linearised: a second reverse pass
-        raise ValueError(message)
-    out = _linearise_guard.bind(x, message=message)
-    if type(x_dot) is ad.Zero:
-        return out, x_dot
-    return out, _linearise_guard.bind(x_dot, message=message)
-
-
-_linearise_guard.def_impl(lambda x, **_: x)
-_linearise_guard.def_abstract_eval(lambda x, **_: x)
-mlir.register_lowering(_linearise_guard, lambda ctx, x, **_: [x])
-batching.primitive_batchers[_linearise_guard] = lambda args, dims, *, message: (
-    _linearise_guard.bind(args[0], message=message),
-    dims[0],
+# Linearising it (a partial-evaluation tracer as its tangent) raises: a second reverse pass.
+_linearise_guard = _identity_guard(
+    "odeckpt_linearise_guard",
+    lambda ct, message: [ct],
+    refuses_tangent=lambda tangent: isinstance(tangent, JaxprTracer),
 )
-ad.primitive_jvps[_linearise_guard] = _linearise_jvp
-ad.primitive_transposes[_linearise_guard] = lambda ct, x, *, message: [ct]
 
 
 def _through(bind, primals, tangents):
