@@ -23,11 +23,11 @@ would meet the custom VJP. The second is seen where the outer pass linearises th
 values the inner reverse pass starts from (the solve's inputs as the inner pass's
 linearisation returns them, through an identity that refuses to be linearised again:
 `tangent_guards`), before it reaches the loops, whether the solve is compiled on its
-own (`jax.grad(jax.grad(jax.jit(f)))`) or not.
-Reverse mode of a `ForwardMode()` solve cannot be refused from the inputs
-(`jax.vjp` and `jax.linearize` trace a solve alike, and `jax.linearize` goes through
-it): the loop's outputs pass through an identity whose tangent refuses to be
-transposed (`tangent_guards.refuse_reverse`), which reverse mode meets before the loop.
+own (`jax.grad(jax.grad(jax.jit(f)))`) or not. Reverse mode of a `ForwardMode()`
+solve cannot be refused from the inputs (`jax.vjp` and `jax.linearize` trace a solve
+alike, and `jax.linearize` goes through it): the loop's outputs pass through an
+identity whose tangent refuses to be transposed (`tangent_guards.refuse_reverse`),
+which reverse mode meets before the loop.
 """
 
 import functools as ft
