@@ -256,9 +256,11 @@ def _run_window(body: LoopBody, problem, c: int, window: _Window, ct_buffers, pl
         return hand
 
     def restore(problem, plan, hand, window):
+        # Arrived at its own position, without a store: the advance's first segment
+        # iteration plans the segment (one traced Revolve split, not two).
         top = _top(plan)
         state = body.restore(problem, row(window.states, top - window.start))
-        return _Hand(state, top, *_segment(plan, top, c), jnp.asarray(True))
+        return _Hand(state, top, top, jnp.asarray(False), jnp.asarray(True))
 
     def skip(problem, window, ct_buffers, plan, hand, ct):
         return plan, ct
