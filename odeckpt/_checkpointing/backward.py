@@ -2,7 +2,6 @@
 (`backward_store_all`), or the binomial plan over the online checkpoints
 (`backward_online`), a window of steps at a time."""
 
-import functools as ft
 from typing import Any
 
 import equinox as eqx
@@ -144,9 +143,9 @@ def _segment(plan: _Plan, top, c: int):
     `(target, push)`, where the state reached at `target` is stored if `push`."""
     length, snaps = plan.b - top, c - (plan.base + plan.count) + 1
     push = snaps > 1
-    split = lax.cond(
-        push, traced_plan.revolve_split, lambda length, snaps: length - 1, length, snaps
-    )
+    # A select, not a conditional: each branch of a conditional is compiled apart, and
+    # the split's loop is a few integer iterations.
+    split = jnp.where(push, traced_plan.revolve_split(length, snaps), length - 1)
     return top + split, push
 
 
@@ -225,8 +224,9 @@ def _advance_in_window(body: LoopBody, problem, c: int, window: _Window, plan: _
         at = jnp.where(store, pos - window.start, window.w)
         states = set_row(states, at, body.compress(state))
         plan = _push(plan, pos, store)
-        keep = lambda plan, pos: (hand.target, hand.push)  # noqa: E731
-        target, push = lax.cond(arrived, ft.partial(_segment, c=c), keep, plan, pos)
+        target, push = _segment(plan, pos, c)
+        target = jnp.where(arrived, target, hand.target)
+        push = jnp.where(arrived, push, hand.push)
         return plan, _Hand(state, pos, target, push, hand.held), states
 
     init = batched_like((plan, hand, window.states), (plan, hand))
