@@ -725,8 +725,9 @@ def run(quick: bool) -> Section:
         "target: within 2% of the offline optimum.",
         "Compile: `jax.jit(jax.grad(loss))` of the 2-D linear ODE y' = A y over [0, 10] "
         "(PIDController(1e-6, 1e-8), dt0 = 0.01, SaveAt(ts) with 11 points or SaveAt(t1), "
-        "max_steps 4096 or 8192, gradient in y0 and A), and one neural-ODE training step (`eqx.nn.MLP(2, 2, 64, depth=2)`, "
-        f"`jax.vmap` over {NODE_BATCH} initial states, Tsit5, PIDController(1e-4, 1e-6), "
+        "max_steps 4096 or 8192, gradient in y0 and A), and one neural-ODE training step "
+        f"(`eqx.nn.MLP(2, 2, 64, depth=2)`, `jax.vmap` over {NODE_BATCH} initial states, "
+        "Tsit5, PIDController(1e-4, 1e-6), "
         "SaveAt(ts) with 10 points, value and gradient in the MLP parameters plus an SGD "
         "update). Defaults: odeckpt `CheckpointAdjoint()` (stores every step when "
         "max_steps states, for the whole batch under `jax.vmap`, fit 16 MiB; otherwise "
