@@ -23,8 +23,9 @@ which a restored checkpoint cannot reproduce.
 `RESULTS.implicit_solve_failed`.
 
 **Derivatives.** Each stage is differentiated by the implicit function theorem
-(`lax.custom_root`), not through the Newton iterations: reverse mode costs one
-dense solve with `I - h gamma df/dy` at the converged stage per stage.
+(`newton.solve_stage`'s custom JVP), not through the Newton iterations: reverse mode
+costs one linearisation of the field (one evaluation) and one dense solve with
+`I - h gamma df/dy` at the converged stage per stage.
 
 References:
     A. Kværnø (2004), "Singly diagonally implicit Runge–Kutta methods with an

@@ -18,7 +18,7 @@ carried between steps, so a step replayed from a checkpoint repeats the forward 
 bit for bit; a stage that does not converge refreshes `J` at its own point and
 restarts once; a step that still fails returns `y_error = inf` and a NaN `y1`, so an
 adaptive controller shrinks the step. Stages are differentiated by the implicit
-function theorem (`lax.custom_root`), not through the iterations.
+function theorem (`newton.solve_stage`), not through the iterations.
 
 **Dense output**: the KenCarp methods' own continuous extensions (Kennedy & Carpenter's
 `b*_ij`: second order for KenCarp3, third for KenCarp4 and KenCarp5), as diffrax's;
