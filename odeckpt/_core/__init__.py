@@ -50,4 +50,5 @@ from .tree import (
     tree_add as tree_add,
     tree_zeros_like as tree_zeros_like,
     zero_rows as zero_rows,
+    zero_tangent as zero_tangent,
 )

@@ -12,8 +12,9 @@ import math
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import custom_batching, lax
+
+from .tree import zero_tangent
 
 
 @custom_batching.custom_vmap
@@ -143,15 +144,10 @@ def batch_cond(pred, true_fn, false_fn, *operands):
         out, out_dots = _vmapped_cond(p, yes, no, [leaves, dots], tangents=True)
         out_leaves, out_def = jax.tree.flatten(out)
         out_dots = iter(out_dots)
-        full = [next(out_dots) if eqx.is_inexact_array(x) else _float0(x) for x in out_leaves]
+        full = [next(out_dots) if eqx.is_inexact_array(x) else zero_tangent(x) for x in out_leaves]
         return out, jax.tree.unflatten(out_def, full)
 
     return call(pred, leaves)
-
-
-def _float0(x):
-    """The (zero) tangent of an integer or boolean array."""
-    return np.zeros(jnp.shape(x), jax.dtypes.float0)
 
 
 def _with_tangents(fn, inexact: list):
@@ -161,7 +157,7 @@ def _with_tangents(fn, inexact: list):
     def jvp_fn(operands):
         leaves, dots = operands
         dots = iter(dots)
-        full = [next(dots) if f else _float0(x) for x, f in zip(leaves, inexact, strict=True)]
+        full = [next(dots) if f else zero_tangent(x) for x, f in zip(leaves, inexact, strict=True)]
         out, out_dot = jax.jvp(fn, (leaves,), (full,))
         pairs = zip(jax.tree.leaves(out), jax.tree.leaves(out_dot), strict=True)
         return out, [d for x, d in pairs if eqx.is_inexact_array(x)]

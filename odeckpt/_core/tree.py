@@ -37,6 +37,14 @@ def tree_zeros_like(tree):
     return jax.tree.map(jnp.zeros_like, tree)
 
 
+def zero_tangent(x):
+    """The zero tangent (or cotangent) of array `x`: zeros of its dtype, `float0` zeros
+    for an integer or boolean array (JAX's tangent type for those)."""
+    if jnp.issubdtype(jnp.result_type(x), jnp.inexact):
+        return jnp.zeros_like(x)
+    return np.zeros(jnp.shape(x), dtype=jax.dtypes.float0)
+
+
 def tree_add(a, b):
     """The leafwise sum of two PyTrees of the same structure."""
     return jax.tree.map(jnp.add, a, b)

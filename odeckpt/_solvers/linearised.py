@@ -14,9 +14,8 @@ from typing import final
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from odeckpt._core import materialize
+from odeckpt._core import materialize, zero_tangent
 
 from .base import AbstractSolver, AbstractWrappedSolver, StepOutput
 
@@ -54,9 +53,9 @@ def _cotangent(c, x):
     (`None` where `x` is no array)."""
     if x is None:
         return None
-    if not jnp.issubdtype(x.dtype, jnp.inexact):
-        return np.zeros(x.shape, jax.dtypes.float0)
-    return jnp.zeros_like(x) if c is None else c
+    if c is None or not jnp.issubdtype(x.dtype, jnp.inexact):
+        return zero_tangent(x)
+    return c
 
 
 def _zero_cotangents(tree):

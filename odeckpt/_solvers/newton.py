@@ -34,8 +34,9 @@ References:
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
+
+from odeckpt._core import zero_tangent
 
 from . import linalg as la
 
@@ -169,20 +170,13 @@ def solve_stage(
         basis = jnp.eye(k.shape[0], dtype=k.dtype)
         matrix = jax.vmap(lambda e: transposed(e)[-1])(basis)
         dk = -la.solve(la.factor(matrix), rhs)
-        return out, (dk, *jax.tree.map(_zero_tangent, out[1:]))
+        return out, (dk, *jax.tree.map(zero_tangent, out[1:]))
 
     _ = root.defjvp(root_jvp)
     k, converged, eta, lu_out, iterations = root(
         tuple(consts), stage.t, stage.base, stage.hg, guess, lu, eta0
     )
     return StageResult(k, converged, eta, lu_out, iterations)
-
-
-def _zero_tangent(x):
-    """The zero tangent of an output that has none (`float0` for integers and bools)."""
-    if jnp.issubdtype(jnp.result_type(x), jnp.inexact):
-        return jnp.zeros_like(x)
-    return np.zeros(jnp.shape(x), dtype=jax.dtypes.float0)
 
 
 def _solve_with_restart(f, stage: Stage, guess, lu, eta0, options: NewtonOptions):
