@@ -137,7 +137,7 @@ class _Local(eqx.Module):
 
 def _run_window(body, problem, c, w, decisions, ct_buffers, local: _Local):
     """Advance and reverse one step per iteration while the step needed lies in the
-    window and the checkpoint to restore (if any) was pushed in it."""
+    window and the checkpoint to restore (if any) lies in it."""
     large = w < WINDOW_STEPS
 
     def advance(problem, decisions, ct_buffers, local: _Local):
@@ -193,9 +193,8 @@ def _run_window(body, problem, c, w, decisions, ct_buffers, local: _Local):
         reached = hand.pos == local.b - 1
         # The branches take everything they read as operands (see `_core.batching.cond`).
         local = batch_cond(reached, reverse, advance, problem, decisions, ct_buffers, local)
-        hand = local.hand
-        need = jnp.where(hand.pos == local.b - 1, local.b - 1, hand.pos)
-        going = hand.held & (local.b > 0) & (need < local.start + w)
+        hand = local.hand  # the next step needed is the one from hand.pos
+        going = hand.held & (local.b > 0) & (hand.pos < local.start + w)
         return eqx.tree_at(lambda lo: lo.going, local, going)
 
     return lax.while_loop(lambda local: local.going, iteration, local)
@@ -217,7 +216,8 @@ def backward_online(body, problem, res: Residuals, ct_state, ct_buffers, c, w):
     One iteration per window: restore the top checkpoint if no state is in hand, then
     advance and reverse a step at a time within the window of `w` steps from the state
     in hand (or the `w` steps before b, if they contain it), storing where Revolve's
-    plan says (`_run_window`); write the checkpoints pushed there into free slots."""
+    plan says (`_run_window`); write the window's checkpoints back (those pushed there
+    into free slots)."""
 
     def restore(problem, carry: _Online):
         stack = carry.stack
