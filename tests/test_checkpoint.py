@@ -381,6 +381,34 @@ def test_small_windows_keep_the_plan_and_the_gradient(schedule, w, monkeypatch):
     np.testing.assert_allclose(got, reference, rtol=1e-12)
 
 
+@pytest.mark.parametrize("w", ["2", "5", "32"])
+def test_windows_where_every_step_pushes_keep_the_plan_and_the_gradient(w, monkeypatch):
+    """With checkpoints for more than half the steps, Revolve stores the state after
+    every step of a window, the last one on arriving past it: w + 1 checkpoints lie in
+    a window of w steps."""
+    from odeckpt._checkpointing import checkpointed as _checkpointed
+
+    n, c = 70, 40
+    vf, calls = _counting_field()
+
+    def loss(a, t1, adjoint):
+        sol = oc.diffeqsolve(vf, oc.Tsit5(), 0.0, t1, 1.0 / n, jnp.ones(2), args=a,
+                             saveat=oc.SaveAt(ts=jnp.linspace(0.05, 0.95, 9)),
+                             max_steps=n + 3, adjoint=adjoint)  # fmt: skip
+        return jnp.sum(sol.ys**2)
+
+    stored = jax.jit(jax.grad(ft.partial(loss, adjoint=oc.CheckpointAdjoint()),
+                              argnums=(0, 1)))(0.5, 1.0)  # fmt: skip
+    monkeypatch.setattr(_checkpointed, "window_size", lambda *_: int(w))
+    grad = jax.jit(jax.grad(ft.partial(loss, adjoint=oc.CheckpointAdjoint(c)),
+                            argnums=(0, 1)))  # fmt: skip
+    jax.block_until_ready(grad(0.5, 1.0))
+    calls.clear()
+    got = jax.block_until_ready(grad(0.5, 1.0))
+    assert len(calls) == _planned_evaluations(n, c, "table")
+    np.testing.assert_allclose(got, stored, rtol=1e-12)
+
+
 def test_window_size_bounds_the_window_memory():
     from odeckpt._checkpointing import LoopBody, window as _window
 

@@ -120,16 +120,17 @@ def _restored(body, problem, top, checkpoint) -> _Hand:
 
 class _Local(eqx.Module):
     """The carry of the backward pass's steps within one window (steps `start, ...,
-    start + w - 1`). The stack entries from `base` on (those in the window, and those
-    pushed there) have their checkpoints in `fresh` (row: entry - base); `pos[k]` is the
-    position of entry `base - 1 + k` (k = 0: the last one before the window)."""
+    start + w - 1`, arriving at positions up to `start + w`). The stack entries from
+    `base` on (those in the window, and those pushed there) have their checkpoints in
+    `fresh` (row: entry - base); `pos[k]` is the position of entry `base - 1 + k`
+    (k = 0: the last one before the window)."""
 
     start: jax.Array
     base: jax.Array
     b: jax.Array
     count: jax.Array
-    pos: jax.Array  # (w + 1,)
-    fresh: Any  # (w,) rows of compressed checkpoints
+    pos: jax.Array  # (w + 2,)
+    fresh: Any  # (w + 1,) rows of compressed checkpoints
     hand: _Hand
     ct: _Cotangents
     going: jax.Array
@@ -149,7 +150,7 @@ def _run_window(body, problem, c, w, decisions, ct_buffers, local: _Local):
             state = body.step(problem, hand.state, recorded)[0]
         pos = hand.pos + 1
         store = (pos == hand.target) & hand.push
-        k = jnp.where(store, local.count - base, w)  # the fresh row; w: none
+        k = jnp.where(store, local.count - base, w + 1)  # the fresh row; w + 1: none
         count = local.count + store.astype(jnp.int32)
         hand = _Hand(state, pos, hand.target, hand.push, hand.held, store)
         return _Local(local.start, base, local.b, count, local.pos.at[k + 1].set(pos, mode="drop"),
@@ -232,11 +233,12 @@ def backward_online(body, problem, res: Residuals, ct_state, ct_buffers, c, w):
         hand = batch_cond(~carry.hand.held & (carry.b > 0), restore, keep, problem, carry)
         stack, b = carry.stack, carry.b
         start = jnp.minimum(hand.pos, jnp.maximum(b - w, 0))
-        # the entries from `base` on lie in the window (at most w: they lie before b and
-        # at or after the start, and the state in hand is after the top one)
+        # the entries from `base` on lie in the window: at most w + 1, at positions
+        # start, ..., start + w (the window's last step arrives at start + w, and may
+        # push there; the state in hand is at or after the top entry)
         live = jnp.arange(c, dtype=jnp.int32) < stack.count
         base = jnp.sum(live & (stack.pos < start)).astype(jnp.int32)
-        k = jnp.arange(w + 1, dtype=jnp.int32)
+        k = jnp.arange(w + 2, dtype=jnp.int32)
         entries = base - 1 + k
         pos = jnp.where(entries >= 0, stack.pos[jnp.clip(entries, 0, c - 1)], -1)
         fresh = row(carry.slots, stack.slot[jnp.clip(entries[1:], 0, c - 1)])
