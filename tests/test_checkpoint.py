@@ -524,8 +524,8 @@ def test_checkpoint_memory_is_one_state_per_checkpoint():
     per_checkpoint = (temp_bytes(24) - temp_bytes(8)) / 16
     state_bytes = y0.nbytes + 64  # y plus the record's scalars
     assert y0.nbytes <= per_checkpoint <= 1.1 * state_bytes
-    # Besides the checkpoints: the step's stages and their VJP, and two windows of
-    # two states each (a window of 32 states would add 60 more).
+    # Besides the checkpoints: the step's stages and their VJP, and a window of three
+    # checkpoints (two steps; a window of 32 steps would add 30 more states).
     assert temp_bytes(8) - 8 * per_checkpoint <= 48 * y0.nbytes
 
 

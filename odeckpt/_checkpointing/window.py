@@ -8,8 +8,9 @@ recorded decisions and checkpoints; the max_steps-long buffers and the checkpoin
 slots are read and written by an outer loop, once per window.
 
 A window holds up to `WINDOW_STEPS` steps (32 rows of a 2-D state's leaf stay within
-512 bytes), fewer for large states: the backward pass keeps two windows of checkpoints
-besides the c stored ones, and `WINDOW_BYTES` bounds what that costs.
+512 bytes), fewer for large states: the backward pass keeps a window of checkpoints
+(w + 1 rows for w steps: those lying in the window, and one stored on arriving past
+it) besides the c stored ones, and `WINDOW_BYTES` bounds what w rows cost.
 """
 
 import equinox as eqx
