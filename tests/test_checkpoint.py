@@ -384,8 +384,8 @@ def test_small_windows_keep_the_plan_and_the_gradient(schedule, w, monkeypatch):
 @pytest.mark.parametrize("w", ["2", "5", "32"])
 def test_windows_where_every_step_pushes_keep_the_plan_and_the_gradient(w, monkeypatch):
     """With checkpoints for more than half the steps, Revolve stores the state after
-    every step of a window, the last one on arriving past it: w + 1 checkpoints lie in
-    a window of w steps."""
+    every step of a window, the last one on arriving at its end: a window of w rows of
+    checkpoints holds w - 1 steps."""
     from odeckpt._checkpointing import checkpointed as _checkpointed
 
     n, c = 70, 40
@@ -524,8 +524,8 @@ def test_checkpoint_memory_is_one_state_per_checkpoint():
     per_checkpoint = (temp_bytes(24) - temp_bytes(8)) / 16
     state_bytes = y0.nbytes + 64  # y plus the record's scalars
     assert y0.nbytes <= per_checkpoint <= 1.1 * state_bytes
-    # Besides the checkpoints: the step's stages and their VJP, and a window of three
-    # checkpoints (two steps; a window of 32 steps would add 30 more states).
+    # Besides the checkpoints: the step's stages and their VJP, and a window of two
+    # checkpoints (a window of 32 would add 30 more states).
     assert temp_bytes(8) - 8 * per_checkpoint <= 48 * y0.nbytes
 
 

@@ -120,17 +120,17 @@ def _restored(body, problem, top, checkpoint) -> _Hand:
 
 class _Local(eqx.Module):
     """The carry of the backward pass's steps within one window (steps `start, ...,
-    start + w - 1`, arriving at positions up to `start + w`). The stack entries from
-    `base` on (those in the window, and those pushed there) have their checkpoints in
-    `fresh` (row: entry - base); `pos[k]` is the position of entry `base - 1 + k`
-    (k = 0: the last one before the window)."""
+    start + w - 2`, arriving at positions up to `start + w - 1`). The stack entries
+    from `base` on (at most w: those in the window, and those pushed there) have their
+    checkpoints in `fresh` (row: entry - base); `pos[k]` is the position of entry
+    `base - 1 + k` (k = 0: the last one before the window)."""
 
     start: jax.Array
     base: jax.Array
     b: jax.Array
     count: jax.Array
-    pos: jax.Array  # (w + 2,)
-    fresh: Any  # (w + 1,) rows of compressed checkpoints
+    pos: jax.Array  # (w + 1,)
+    fresh: Any  # (w,) rows of compressed checkpoints
     hand: _Hand
     ct: _Cotangents
     going: jax.Array
@@ -150,7 +150,7 @@ def _run_window(body, problem, c, w, decisions, ct_buffers, local: _Local):
             state = body.step(problem, hand.state, recorded)[0]
         pos = hand.pos + 1
         store = (pos == hand.target) & hand.push
-        k = jnp.where(store, local.count - base, w + 1)  # the fresh row; w + 1: none
+        k = jnp.where(store, local.count - base, w)  # the fresh row; w: none
         count = local.count + store.astype(jnp.int32)
         hand = _Hand(state, pos, hand.target, hand.push, hand.held, store)
         return _Local(local.start, base, local.b, count, local.pos.at[k + 1].set(pos, mode="drop"),
@@ -195,7 +195,7 @@ def _run_window(body, problem, c, w, decisions, ct_buffers, local: _Local):
         # The branches take everything they read as operands (see `_core.batching.cond`).
         local = batch_cond(reached, reverse, advance, problem, decisions, ct_buffers, local)
         hand = local.hand  # the next step needed is the one from hand.pos
-        going = hand.held & (local.b > 0) & (hand.pos < local.start + w)
+        going = hand.held & (local.b > 0) & (hand.pos < local.start + w - 1)
         return eqx.tree_at(lambda lo: lo.going, local, going)
 
     return lax.while_loop(lambda local: local.going, iteration, local)
@@ -215,8 +215,8 @@ def backward_online(body, problem, res: Residuals, ct_state, ct_buffers, c, w):
     """Reverse the steps from the online checkpoints, binomially inside each interval.
 
     One iteration per window: restore the top checkpoint if no state is in hand, then
-    advance and reverse a step at a time within the window of `w` steps from the state
-    in hand (or the `w` steps before b, if they contain it), storing where Revolve's
+    advance and reverse a step at a time within the window of `w - 1` steps from the
+    state in hand (or the `w - 1` steps before b, if they contain it), storing where Revolve's
     plan says (`_run_window`); write the window's checkpoints back (those pushed there
     into free slots)."""
 
@@ -232,13 +232,15 @@ def backward_online(body, problem, res: Residuals, ct_state, ct_buffers, c, w):
     def window(carry: _Online):
         hand = batch_cond(~carry.hand.held & (carry.b > 0), restore, keep, problem, carry)
         stack, b = carry.stack, carry.b
-        start = jnp.minimum(hand.pos, jnp.maximum(b - w, 0))
-        # the entries from `base` on lie in the window: at most w + 1, at positions
-        # start, ..., start + w (the window's last step arrives at start + w, and may
-        # push there; the state in hand is at or after the top entry)
+        start = jnp.minimum(hand.pos, jnp.maximum(b - (w - 1), 0))
+        # the entries from `base` on lie in the window: at most w, at positions
+        # start, ..., start + w - 1 (the window's last step arrives at start + w - 1,
+        # and may push there; the state in hand is at or after the top entry). So a
+        # window is w - 1 steps: its w rows of checkpoints stay within the window's
+        # bytes (see `window`)
         live = jnp.arange(c, dtype=jnp.int32) < stack.count
         base = jnp.sum(live & (stack.pos < start)).astype(jnp.int32)
-        k = jnp.arange(w + 2, dtype=jnp.int32)
+        k = jnp.arange(w + 1, dtype=jnp.int32)
         entries = base - 1 + k
         pos = jnp.where(entries >= 0, stack.pos[jnp.clip(entries, 0, c - 1)], -1)
         fresh = row(carry.slots, stack.slot[jnp.clip(entries[1:], 0, c - 1)])

@@ -8,9 +8,10 @@ recorded decisions and checkpoints; the max_steps-long buffers and the checkpoin
 slots are read and written by an outer loop, once per window.
 
 A window holds up to `WINDOW_STEPS` steps (32 rows of a 2-D state's leaf stay within
-512 bytes), fewer for large states: the backward pass keeps a window of checkpoints
-(w + 1 rows for w steps: those lying in the window, and one stored on arriving past
-it) besides the c stored ones, and `WINDOW_BYTES` bounds what w rows cost.
+512 bytes), fewer for large states: the backward pass keeps a window of w rows of
+checkpoints besides the c stored ones (its windows are w - 1 steps: a checkpoint may
+lie at each step's start and one more at the last step's end), and `WINDOW_BYTES`
+bounds what that costs.
 """
 
 import equinox as eqx
