@@ -150,12 +150,11 @@ def _run_window(body, problem, c, w, decisions, ct_buffers, local: _Local):
             state = body.step(problem, hand.state, recorded)[0]
         pos = hand.pos + 1
         store = (pos == hand.target) & hand.push
-        k = jnp.where(store, local.count - base, w)  # the fresh row; w: none
+        k = jnp.where(store, local.count - base, w)  # the fresh row (written by `iteration`)
         count = local.count + store.astype(jnp.int32)
         hand = _Hand(state, pos, hand.target, hand.push, hand.held, store)
         return _Local(local.start, base, local.b, count, local.pos.at[k + 1].set(pos, mode="drop"),
-                      set_row(local.fresh, k, body.compress(state)), hand, local.ct,
-                      local.going)  # fmt: skip
+                      None, hand, local.ct, local.going)  # fmt: skip
 
     def restore(problem, local: _Local):
         k = local.count - local.base  # the top entry's local index
@@ -175,7 +174,7 @@ def _run_window(body, problem, c, w, decisions, ct_buffers, local: _Local):
         # after the last reversal, nothing to restore (a restore may evaluate the field)
         fresh = (b > 0) & (local.count > base)
         hand = batch_cond(fresh, restore, keep, problem, local)
-        return eqx.tree_at(lambda lo: lo.hand, local, hand)
+        return _Local(local.start, base, b, local.count, local.pos, None, hand, ct, local.going)
 
     def plan(b, count, pos, target, push):
         return _segment(b, count, pos, c)
@@ -192,11 +191,16 @@ def _run_window(body, problem, c, w, decisions, ct_buffers, local: _Local):
         hand = _Hand(hand.state, hand.pos, target, push, hand.held, jnp.asarray(False))
         local = eqx.tree_at(lambda lo: lo.hand, local, hand)
         reached = hand.pos == local.b - 1
-        # The branches take everything they read as operands (see `_core.batching.cond`).
-        local = batch_cond(reached, reverse, advance, problem, decisions, ct_buffers, local)
-        hand = local.hand  # the next step needed is the one from hand.pos
-        going = hand.held & (local.b > 0) & (hand.pos < local.start + w - 1)
-        return eqx.tree_at(lambda lo: lo.going, local, going)
+        # The branches take everything they read as operands (see `_core.batching.cond`),
+        # and return all but the window's checkpoints: a conditional's outputs are new
+        # buffers, and w rows of a large state are the most bytes the loop carries. The
+        # state an advance stores is written here instead.
+        out = batch_cond(reached, reverse, advance, problem, decisions, ct_buffers, local)
+        hand = out.hand  # the next step needed is the one from hand.pos
+        k = jnp.where(~reached & hand.plan, out.count - 1 - out.base, w)  # w: none stored
+        fresh = set_row(local.fresh, k, body.compress(hand.state))
+        going = hand.held & (out.b > 0) & (hand.pos < out.start + w - 1)
+        return _Local(out.start, out.base, out.b, out.count, out.pos, fresh, hand, out.ct, going)
 
     return lax.while_loop(lambda local: local.going, iteration, local)
 
