@@ -149,12 +149,11 @@ def _run_window(body, problem, c, w, decisions, ct_buffers, local: _Local):
         else:
             state = body.step(problem, hand.state, recorded)[0]
         pos = hand.pos + 1
-        store = (pos == hand.target) & hand.push
-        k = jnp.where(store, local.count - base, w)  # the fresh row (written by `iteration`)
+        store = (pos == hand.target) & hand.push  # recorded by `iteration`
         count = local.count + store.astype(jnp.int32)
         hand = _Hand(state, pos, hand.target, hand.push, hand.held, store)
-        return _Local(local.start, base, local.b, count, local.pos.at[k + 1].set(pos, mode="drop"),
-                      None, hand, local.ct, local.going)  # fmt: skip
+        return _Local(local.start, base, local.b, count, local.pos, None, hand, local.ct,
+                      local.going)  # fmt: skip
 
     def restore(problem, local: _Local):
         k = local.count - local.base  # the top entry's local index
@@ -194,13 +193,14 @@ def _run_window(body, problem, c, w, decisions, ct_buffers, local: _Local):
         # The branches take everything they read as operands (see `_core.batching.cond`),
         # and return all but the window's checkpoints: a conditional's outputs are new
         # buffers, and w rows of a large state are the most bytes the loop carries. The
-        # state an advance stores is written here instead.
+        # state an advance stores (its position and checkpoint) is recorded here instead.
         out = batch_cond(reached, reverse, advance, problem, decisions, ct_buffers, local)
         hand = out.hand  # the next step needed is the one from hand.pos
         k = jnp.where(~reached & hand.plan, out.count - 1 - out.base, w)  # w: none stored
+        pos = out.pos.at[k + 1].set(hand.pos, mode="drop")
         fresh = set_row(local.fresh, k, body.compress(hand.state))
         going = hand.held & (out.b > 0) & (hand.pos < out.start + w - 1)
-        return _Local(out.start, out.base, out.b, out.count, out.pos, fresh, hand, out.ct, going)
+        return _Local(out.start, out.base, out.b, out.count, pos, fresh, hand, out.ct, going)
 
     return lax.while_loop(lambda local: local.going, iteration, local)
 
