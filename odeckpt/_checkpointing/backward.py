@@ -138,7 +138,10 @@ class _Local(eqx.Module):
 
 def _run_window(body, problem, c, w, decisions, ct_buffers, local: _Local):
     """Advance and reverse one step per iteration while the step needed lies in the
-    window and the checkpoint to restore (if any) lies in it."""
+    window and the checkpoint to restore (if any) lies in it. A window entered with no
+    state in hand starts by restoring the top checkpoint (in the reversal's branch, where
+    every later restore happens: the restore, an evaluation of the field for an FSAL
+    method, is compiled once)."""
     large = w < WINDOW_STEPS
 
     def advance(problem, decisions, ct_buffers, local: _Local):
@@ -163,11 +166,21 @@ def _run_window(body, problem, c, w, decisions, ct_buffers, local: _Local):
     def keep(problem, local: _Local):
         return eqx.tree_at(lambda h: h.held, local.hand, jnp.asarray(False))
 
+    def reversed_ct(problem, state, decisions, ct: _Cotangents, ct_buffers):
+        return _reversed(body, problem, state, decisions, ct, ct_buffers)
+
+    def unchanged_ct(problem, state, decisions, ct: _Cotangents, ct_buffers):
+        return ct
+
     def reverse(problem, decisions, ct_buffers, local: _Local):
-        b, base = local.b - 1, local.base
-        ct = _reversed(body, problem, local.hand.state, row(decisions, b - local.start),
-                       local.ct, ct_buffers)  # fmt: skip
-        popped = local.pos[local.count - base] == b
+        # the step ending at b, if a state is in hand (at b - 1); then the top checkpoint
+        # in hand, if it lies in the window. On entering a window with none in hand,
+        # only the latter.
+        held, base = local.hand.held, local.base
+        b = local.b - held.astype(jnp.int32)
+        ct = batch_cond(held, reversed_ct, unchanged_ct, problem, local.hand.state,
+                        row(decisions, b - local.start), local.ct, ct_buffers)  # fmt: skip
+        popped = held & (local.pos[local.count - base] == b)
         local = _Local(local.start, base, b, local.count - popped.astype(jnp.int32), local.pos,
                        local.fresh, local.hand, ct, local.going)  # fmt: skip
         # after the last reversal, nothing to restore (a restore may evaluate the field)
@@ -190,13 +203,14 @@ def _run_window(body, problem, c, w, decisions, ct_buffers, local: _Local):
         hand = _Hand(hand.state, hand.pos, target, push, hand.held, jnp.asarray(False))
         local = eqx.tree_at(lambda lo: lo.hand, local, hand)
         reached = hand.pos == local.b - 1
+        backwards = reached | ~hand.held
         # The branches take everything they read as operands (see `_core.batching.cond`),
         # and return all but the window's checkpoints: a conditional's outputs are new
         # buffers, and w rows of a large state are the most bytes the loop carries. The
         # state an advance stores (its position and checkpoint) is recorded here instead.
-        out = batch_cond(reached, reverse, advance, problem, decisions, ct_buffers, local)
+        out = batch_cond(backwards, reverse, advance, problem, decisions, ct_buffers, local)
         hand = out.hand  # the next step needed is the one from hand.pos
-        k = jnp.where(~reached & hand.plan, out.count - 1 - out.base, w)  # w: none stored
+        k = jnp.where(~backwards & hand.plan, out.count - 1 - out.base, w)  # w: none stored
         pos = out.pos.at[k + 1].set(hand.pos, mode="drop")
         fresh = set_row(local.fresh, k, body.compress(hand.state))
         going = hand.held & (out.b > 0) & (hand.pos < out.start + w - 1)
@@ -218,25 +232,18 @@ class _Online(eqx.Module):
 def backward_online(body, problem, res: Residuals, ct_state, ct_buffers, c, w):
     """Reverse the steps from the online checkpoints, binomially inside each interval.
 
-    One iteration per window: restore the top checkpoint if no state is in hand, then
-    advance and reverse a step at a time within the window of `w - 1` steps from the
-    state in hand (or the `w - 1` steps before b, if they contain it), storing where Revolve's
-    plan says (`_run_window`); write the window's checkpoints back (those pushed there
-    into free slots)."""
-
-    def restore(problem, carry: _Online):
-        stack = carry.stack
-        top = jnp.maximum(stack.count - 1, 0)
-        checkpoint = row(carry.slots, stack.slot[top])
-        return _restored(body, problem, stack.pos[top], checkpoint)
-
-    def keep(problem, carry: _Online):
-        return carry.hand
+    One iteration per window: advance and reverse a step at a time within the window of
+    `w - 1` steps from the state in hand, or from the top checkpoint if none is in hand
+    (or the `w - 1` steps before b, if they contain it), storing where Revolve's plan
+    says (`_run_window`); write the window's checkpoints back (those pushed there into
+    free slots)."""
 
     def window(carry: _Online):
-        hand = batch_cond(~carry.hand.held & (carry.b > 0), restore, keep, problem, carry)
+        hand = carry.hand
         stack, b = carry.stack, carry.b
-        start = jnp.minimum(hand.pos, jnp.maximum(b - (w - 1), 0))
+        # with none in hand, the window's first iteration restores the top checkpoint
+        top = stack.pos[jnp.maximum(stack.count - 1, 0)]
+        start = jnp.minimum(jnp.where(hand.held, hand.pos, top), jnp.maximum(b - (w - 1), 0))
         # the entries from `base` on lie in the window: at most w, at positions
         # start, ..., start + w - 1 (the window's last step arrives at start + w - 1,
         # and may push there; the state in hand is at or after the top entry). So a
@@ -248,7 +255,7 @@ def backward_online(body, problem, res: Residuals, ct_state, ct_buffers, c, w):
         entries = base - 1 + k
         pos = jnp.where(entries >= 0, stack.pos[jnp.clip(entries, 0, c - 1)], -1)
         fresh = row(carry.slots, stack.slot[jnp.clip(entries[1:], 0, c - 1)])
-        local = _Local(start, base, b, stack.count, pos, fresh, hand, carry.ct, hand.held & (b > 0))
+        local = _Local(start, base, b, stack.count, pos, fresh, hand, carry.ct, b > 0)
         local = batched_like(local, (local, carry.slots))
         decisions = read_window(res.decisions, start, w)
         local = _run_window(body, problem, c, w, decisions, ct_buffers, local)

@@ -36,9 +36,10 @@ def _int(x) -> jax.Array:
 def _next_beta(prev: jax.Array, s: jax.Array, r: jax.Array) -> jax.Array:
     """`beta(s, r)` from `prev = beta(s, r - 1)`, saturating (as `schedules.revolve_split`
     computes it)."""
-    quotient, remainder = prev // r, prev % r
-    saturate = quotient > (SATURATION - prev) // s
-    value = jnp.minimum(prev + quotient * s + (remainder * s) // r, SATURATION)
+    # all non-negative: truncating division is floor division, without its sign fix-up
+    quotient, remainder = lax.div(prev, r), lax.rem(prev, r)
+    saturate = quotient > lax.div(SATURATION - prev, s)
+    value = jnp.minimum(prev + quotient * s + lax.div(remainder * s, r), SATURATION)
     return jnp.where(saturate, SATURATION, value)
 
 
