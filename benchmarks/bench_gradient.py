@@ -361,10 +361,10 @@ def make_node_step(lib: str, c, static) -> Callable:
     return step
 
 
-def compile_table(quick: bool) -> tuple[Table, list]:
-    # One fresh compile per library and case in quick mode, the median of 3 in full mode
-    # (a single compile on a shared 2-core machine varies by 10-15%).
-    repeats = 1 if quick else 3
+def compile_cases() -> list:
+    """The compile table's cases: `(label, checkpoints, make, args, target)`, `make(lib,
+    c)` building the function to compile: the defaults against the first compile target
+    (0.5), c = 16 against the checkpointed one (0.7)."""
     node_args, static = node_params()
     node = f"neural ODE training step (MLP 2-64-64-2, vmap {NODE_BATCH})"
 
@@ -375,16 +375,21 @@ def compile_table(quick: bool) -> tuple[Table, list]:
         return label, lambda lib, c: make_grad(lib, setup, c), (LINEAR_2D_PARAMS,)
 
     node_case = (node, lambda lib, c: make_node_step(lib, c, static), node_args)
-    # (label, checkpoints, make, args, target): the defaults against the first compile
-    # target (0.5), c = 16 against the checkpointed one (0.7)
     ts_4096 = linear(True, 4096)
-    cases = [
+    return [
         (ts_4096[0], DEFAULT, *ts_4096[1:], 0.5),
         (node_case[0], DEFAULT, *node_case[1:], 0.5),
         *[(label, 16, make, args, 0.7)
           for label, make, args in (ts_4096, linear(True, 8192), linear(False, 4096),
                                     linear(False, 8192), node_case)],
     ]  # fmt: skip
+
+
+def compile_table(quick: bool) -> tuple[Table, list]:
+    # One fresh compile per library and case in quick mode, the median of 3 in full mode
+    # (a single compile on a shared 2-core machine varies by 10-15%).
+    repeats = 1 if quick else 3
+    cases = compile_cases()
     rows, ratios = [], []
     for i, (label, c, make, args, target) in enumerate(cases):
         split = {}
@@ -735,7 +740,10 @@ def run(quick: bool) -> Section:
         "`RecursiveCheckpointAdjoint()` "
         "(floor(sqrt(2 max_steps)) checkpoints, 90 for max_steps = 4096). Targets: "
         "ratio <= 0.5 with the defaults, <= 0.7 with 16 checkpoints. Times are wall "
-        "times; XLA's CPU compiler runs its code generation on both cores.",
+        "times; XLA's CPU compiler runs its code generation on both cores, about the same "
+        "time per generated kernel for both libraries; `python benchmarks/kernels.py` "
+        "counts the kernels of each case (deterministic, where compile times vary by up "
+        "to 1.5x between runs).",
         "Wall time: gradient of the mean square of the saved states with respect to y0 and "
         "the parameters, both libraries compiled first, then sampled in alternation; the "
         "ratio is the median of per-round ratios. Reaction-diffusion: D = 1e-5, r = 1, "
