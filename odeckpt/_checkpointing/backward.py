@@ -138,10 +138,10 @@ class _Local(eqx.Module):
 
 def _run_window(body, problem, c, w, decisions, ct_buffers, local: _Local):
     """Advance and reverse one step per iteration while the step needed lies in the
-    window and the checkpoint to restore (if any) lies in it. A window entered with no
-    state in hand starts by restoring the top checkpoint (in the reversal's branch, where
-    every later restore happens: the restore, an evaluation of the field for an FSAL
-    method, is compiled once)."""
+    window and the checkpoint to restore (if any) lies in it. An iteration with no state
+    in hand (after a reversal, or the first of a window entered with none) restores the
+    top checkpoint first: the restore, an evaluation of the field for an FSAL method, is
+    compiled once."""
     large = w < WINDOW_STEPS
 
     def advance(problem, decisions, ct_buffers, local: _Local):
@@ -164,29 +164,16 @@ def _run_window(body, problem, c, w, decisions, ct_buffers, local: _Local):
         return _restored(body, problem, local.pos[k], checkpoint)
 
     def keep(problem, local: _Local):
-        return eqx.tree_at(lambda h: h.held, local.hand, jnp.asarray(False))
-
-    def reversed_ct(problem, state, decisions, ct: _Cotangents, ct_buffers):
-        return _reversed(body, problem, state, decisions, ct, ct_buffers)
-
-    def unchanged_ct(problem, state, decisions, ct: _Cotangents, ct_buffers):
-        return ct
+        return local.hand
 
     def reverse(problem, decisions, ct_buffers, local: _Local):
-        # the step ending at b, if a state is in hand (at b - 1); then the top checkpoint
-        # in hand, if it lies in the window. On entering a window with none in hand,
-        # only the latter.
-        held, base = local.hand.held, local.base
-        b = local.b - held.astype(jnp.int32)
-        ct = batch_cond(held, reversed_ct, unchanged_ct, problem, local.hand.state,
-                        row(decisions, b - local.start), local.ct, ct_buffers)  # fmt: skip
-        popped = held & (local.pos[local.count - base] == b)
-        local = _Local(local.start, base, b, local.count - popped.astype(jnp.int32), local.pos,
-                       local.fresh, local.hand, ct, local.going)  # fmt: skip
-        # after the last reversal, nothing to restore (a restore may evaluate the field)
-        fresh = (b > 0) & (local.count > base)
-        hand = batch_cond(fresh, restore, keep, problem, local)
-        return _Local(local.start, base, b, local.count, local.pos, None, hand, ct, local.going)
+        b, base = local.b - 1, local.base
+        ct = _reversed(body, problem, local.hand.state, row(decisions, b - local.start),
+                       local.ct, ct_buffers)  # fmt: skip
+        popped = local.pos[local.count - base] == b
+        hand = eqx.tree_at(lambda h: h.held, local.hand, jnp.asarray(False))
+        return _Local(local.start, base, b, local.count - popped.astype(jnp.int32), local.pos,
+                      None, hand, ct, local.going)  # fmt: skip
 
     def plan(b, count, pos, target, push):
         return _segment(b, count, pos, c)
@@ -195,25 +182,29 @@ def _run_window(body, problem, c, w, decisions, ct_buffers, local: _Local):
         return target, push
 
     def iteration(local: _Local):
+        # None in hand: the top checkpoint, which lies in the window at or before its
+        # last step's start (reversals happen there; see `window` for the window's
+        # entry), so the step from it stays in the window.
+        hand = batch_cond(~local.hand.held, restore, keep, problem, local)
         # A conditional: the split's loop would otherwise run on every step (the window
         # loop's body is small enough to run inline, so a branch costs little there).
-        hand = local.hand
         target, push = batch_cond(hand.plan, plan, planned, local.b, local.count, hand.pos,
                                   hand.target, hand.push)  # fmt: skip
         hand = _Hand(hand.state, hand.pos, target, push, hand.held, jnp.asarray(False))
         local = eqx.tree_at(lambda lo: lo.hand, local, hand)
         reached = hand.pos == local.b - 1
-        backwards = reached | ~hand.held
         # The branches take everything they read as operands (see `_core.batching.cond`),
         # and return all but the window's checkpoints: a conditional's outputs are new
         # buffers, and w rows of a large state are the most bytes the loop carries. The
         # state an advance stores (its position and checkpoint) is recorded here instead.
-        out = batch_cond(backwards, reverse, advance, problem, decisions, ct_buffers, local)
+        out = batch_cond(reached, reverse, advance, problem, decisions, ct_buffers, local)
         hand = out.hand  # the next step needed is the one from hand.pos
-        k = jnp.where(~backwards & hand.plan, out.count - 1 - out.base, w)  # w: none stored
+        k = jnp.where(~reached & hand.plan, out.count - 1 - out.base, w)  # w: none stored
         pos = out.pos.at[k + 1].set(hand.pos, mode="drop")
         fresh = set_row(local.fresh, k, body.compress(hand.state))
-        going = hand.held & (out.b > 0) & (hand.pos < out.start + w - 1)
+        # on with a state in hand inside the window, or none but the top checkpoint in it
+        inside = jnp.where(hand.held, hand.pos < out.start + w - 1, out.count > out.base)
+        going = (out.b > 0) & inside
         return _Local(out.start, out.base, out.b, out.count, pos, fresh, hand, out.ct, going)
 
     return lax.while_loop(lambda local: local.going, iteration, local)
