@@ -27,7 +27,7 @@ def _one(index: int, lib: str) -> None:
     _, c, make, args, _ = bg.compile_cases()[index]
     lowered = jax.jit(make(lib, c)).trace(*args).lower()
     print(_MARK, file=sys.stderr, flush=True)
-    lowered.compile()
+    _ = lowered.compile()
 
 
 def count(index: int, lib: str) -> int | None:
@@ -52,7 +52,8 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for i, (label, c, *_) in enumerate(bg.compile_cases()):
         k = {lib: count(i, lib) for lib in ("odeckpt", "diffrax")}
-        ratio = "?" if None in k.values() else f"{k['odeckpt'] / k['diffrax']:.2f}"
+        ours, theirs = k["odeckpt"], k["diffrax"]
+        ratio = "?" if ours is None or theirs is None else f"{ours / theirs:.2f}"
         shown = {lib: "?" if v is None else str(v) for lib, v in k.items()}
         print(f"| {label} | {c} | {shown['odeckpt']} | {shown['diffrax']} | {ratio} |", flush=True)
 
