@@ -51,19 +51,17 @@ class ReversibleAdjoint(AbstractAdjoint):
     `y0`, `args`, the vector field's parameters, `t0`, `t1` and `SaveAt(ts)`. Works
     under `jax.vmap`, in float32 and float64, and in both time directions.
 
-    Reconstruction error control: the backward pass ends at the initial state, which it
-    knows, and compares its reconstruction of it (`y` and the solver state, e.g.
-    `Reversible`'s `z`) with it; and the forward pass sums a checksum of every state a
-    step started from (`sum |x|` over `y` and the solver state: one scalar), which the
-    backward pass sums again over the states it reconstructs. Where the inverse steps
-    amplified round-off (strongly damped or stiff modes, which the inverse integrates
-    backwards) and the initial state is off by more than `drift_tol (1 + max |y0|)` in
-    some leaf, or the checksums by more than `drift_tol (1 + checksum)`, the gradient
-    is not returned:
-    with `throw=True` the backward pass raises `RESULTS.reversible_drifted`'s message
-    (which names `CheckpointAdjoint`); with `throw=False` every gradient of the solve
-    is NaN. (The check runs in the backward pass, after `Solution.result` exists, so
-    NaN is how the failure travels, as for `BacksolveAdjoint`.)
+    A gradient is returned only when it is right: the backward pass estimates the
+    gradient's relative error from the drift of the reconstructed states (measured at
+    the initial state, which it knows, and over every step by direction-sensitive
+    checksums of the states) and from how much the backward pass amplified its
+    cotangents (a coupled pair's parasitic mode grows them), and refuses the gradient
+    where the estimate exceeds `gradient_tol`: with `throw=True` the backward pass
+    raises `RESULTS.reversible_drifted`'s message (which names `CheckpointAdjoint`);
+    with `throw=False` every gradient of the solve is NaN. (The check runs in the
+    backward pass, after `Solution.result` exists, so NaN is how the failure travels,
+    as for `BacksolveAdjoint`.) The estimate and its measured false-negative rate:
+    `docs/adjoints.md`.
 
     Use it with `Reversible(solver)` (any explicit Runge–Kutta method made reversible)
     or `ReversibleHeun()`; another solver is refused, naming `Reversible(...)` and
@@ -71,9 +69,10 @@ class ReversibleAdjoint(AbstractAdjoint):
     undo them), nor `max_steps=None` (the times are recorded in `max_steps` rows).
 
     Args:
-        drift_tol: relative distance of the reconstructed initial state from the true
-            one beyond which the gradient is refused. `None`: `sqrt(eps)` of the
-            state's dtype (1.5e-8 in float64, 3.5e-4 in float32).
+        gradient_tol: the largest estimated relative error (max norm, against
+            `CheckpointAdjoint`'s gradient through the same solver) of a returned
+            gradient. `None`: `eps ** (1/3)` of the state's dtype (6e-6 in float64,
+            4.9e-3 in float32).
         throw: `None` follows `diffeqsolve(throw=...)`.
 
     Cost: the forward solve plus, per step, its inverse, linearised as it is evaluated
@@ -92,16 +91,16 @@ class ReversibleAdjoint(AbstractAdjoint):
         neural SDEs", NeurIPS (the reversible Heun method).
     """
 
-    drift_tol: float | None = None
+    gradient_tol: float | None = None
     throw: bool | None = None
 
     def __check_init__(self):
-        tol = self.drift_tol
+        tol = self.gradient_tol
         real = isinstance(tol, numbers.Real) and not isinstance(tol, bool)
         if tol is not None and (not real or not tol > 0):
             raise ValueError(
-                "`ReversibleAdjoint(drift_tol=...)` must be a positive number (a relative "
-                f"distance) or None; got {tol!r}."
+                "`ReversibleAdjoint(gradient_tol=...)` must be a positive number (a "
+                f"relative error) or None; got {tol!r}."
             )
 
     @property
@@ -129,5 +128,5 @@ class ReversibleAdjoint(AbstractAdjoint):
         message = RESULTS.reversible_drifted.message if self.throw else None
         return reconstructing_loop(
             integrator, problem, state0, max_steps, name="ReversibleAdjoint()",
-            instead="`CheckpointAdjoint()`", message=message, tolerance=self.drift_tol,
+            instead="`CheckpointAdjoint()`", message=message, tolerance=self.gradient_tol,
         )  # fmt: skip

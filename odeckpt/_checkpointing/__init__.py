@@ -44,6 +44,7 @@ traced ports of the schedule decisions).
 
 from .body import (
     AbstractForwardBody as AbstractForwardBody,
+    Checksum as Checksum,
     Emitter as Emitter,
     ForwardBody as ForwardBody,
     Inverse as Inverse,

@@ -6,6 +6,7 @@ from typing import Any
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 
 
 class Emitter(eqx.Module):
@@ -51,9 +52,21 @@ class LoopBody(AbstractForwardBody):
     progress: Callable | None = eqx.field(static=True, default=None)
 
 
+class Checksum(eqx.Module):
+    """A summary of states, accumulated over the steps of a pass: `sums` (a PyTree of
+    arrays) added, `peaks` (another) maxed."""
+
+    sums: Any
+    peaks: Any
+
+    def merge(self, other: "Checksum") -> "Checksum":
+        return Checksum(jax.tree.map(jnp.add, self.sums, other.sums),
+                        jax.tree.map(jnp.maximum, self.peaks, other.peaks))  # fmt: skip
+
+
 class Inverse(eqx.Module):
-    """What `reversible_loop` needs besides a `LoopBody`: each step's inverse. All
-    static.
+    """What `reversible_loop` needs besides a `LoopBody`: each step's inverse, and how
+    far the gradient through the states it reconstructs can be trusted. All static.
 
     Attributes:
         scalars: `state -> record`: what the inverse of the step from `state` needs
@@ -63,19 +76,24 @@ class Inverse(eqx.Module):
             to `new_state` started from, reconstructed (exactly up to round-off), and
             the decisions that step took (what `LoopBody.decisions` would have
             recorded).
-        checksum: `state -> scalar`: a summary of a state, summed over the states the
-            steps started from by the forward pass and again over the reconstructed
-            ones by the backward pass.
-        drifted: `(state0, reconstructed, forward_sum, backward_sum) -> bool`: whether
-            the reconstruction of the initial state has left it, or the checksums
-            differ (the inverse steps amplified round-off).
-        message: raised (at run time) when it has; `None`: the cotangents are NaN.
+        checksum: `(state, index) -> Checksum`: a summary of the state step `index`
+            started from, merged over the steps by the forward pass, and again over the
+            reconstructed states by the backward pass.
+        size: `state -> scalar`: the largest magnitude in a state's cotangent (what the
+            backward pass watches grow).
+        refused: `(state0, reconstructed, forward, backward, amplification) -> bool`:
+            whether the gradient is refused, given the initial state and its
+            reconstruction, the two passes' checksums and how much the backward pass
+            amplified its cotangents (the largest `size` over the pass, over that of
+            the cotangents the outputs received).
+        message: raised (at run time) where it is; `None`: the cotangents are NaN.
     """
 
     scalars: Callable = eqx.field(static=True)
     undo: Callable = eqx.field(static=True)
     checksum: Callable = eqx.field(static=True)
-    drifted: Callable = eqx.field(static=True)
+    size: Callable = eqx.field(static=True)
+    refused: Callable = eqx.field(static=True)
     message: str | None = eqx.field(static=True, default=None)
 
 

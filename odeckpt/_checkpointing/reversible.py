@@ -9,10 +9,10 @@ from there exactly as the checkpointed loop does (`reverse.reverse_step`: one `j
 of the step under its recorded decisions, plus the cotangents of the outputs it wrote).
 The gradient is the checkpointed loop's, up to the round-off of the reconstruction, with
 two states in memory (the one in hand and its cotangent) whatever the number of steps.
-Where the reconstruction of the initial state has drifted from it (`Inverse.drifted`:
-the inverse steps amplified round-off), or where the reconstructed states' checksum
-(`Inverse.checksum`, summed over every step) misses the forward pass's, the cotangents
-are NaN, or `Inverse.message` is raised.
+Where `Inverse.refused` says the gradient cannot be trusted (from the reconstructed
+initial state, the two passes' checksums, `Inverse.checksum` merged over every step, and
+the growth of the state's cotangent over the backward pass, `Inverse.size`), the
+cotangents are NaN, or `Inverse.message` is raised.
 """
 
 import equinox as eqx
@@ -31,7 +31,7 @@ from odeckpt._core import (
     zero_rows,
 )
 
-from .body import Emitter, ForwardBody, Inverse, LoopBody, LoopOutput, step_shapes
+from .body import Checksum, Emitter, ForwardBody, Inverse, LoopBody, LoopOutput, step_shapes
 from .forward import empty_buffers, forward_loop
 from .reverse import is_diff, reverse_step
 
@@ -41,7 +41,7 @@ class _Log(eqx.Module):
 
     scalars: object  # what `inverse.scalars` recorded, of the state the step started from
     taken: jax.Array  # steps taken so far
-    checksum: jax.Array  # `inverse.checksum` summed over the states the steps started from
+    checksum: Checksum  # `inverse.checksum` merged over the states the steps started from
 
 
 def reversible_loop(body: LoopBody, inverse: Inverse, problem, state0, max_steps: int):
@@ -65,7 +65,7 @@ def _logging_body(body: LoopBody, inverse: Inverse) -> ForwardBody:
         state, log = carry
         new, record, accepted = body.step(problem, state)
         i = log.taken
-        checksum = log.checksum + inverse.checksum(state)
+        checksum = log.checksum.merge(inverse.checksum(state, i))
         log = _Log(set_row(log.scalars, i, inverse.scalars(state)), i + 1, checksum)
         return (new, log), record, accepted
 
@@ -85,7 +85,7 @@ def _logging_body(body: LoopBody, inverse: Inverse) -> ForwardBody:
 def _reversible_fwd(perturbed, vjp_arg, body, inverse, max_steps, record_like):
     problem, state0 = as_arrays(vjp_arg)
     scalars = eqx.filter_eval_shape(inverse.scalars, state0)
-    zero = jnp.zeros_like(inverse.checksum(state0))
+    zero = _zero_checksum(inverse, state0)
     log0 = _Log(zero_rows(scalars, max_steps), jnp.asarray(0, jnp.int32), zero)
     out = forward_loop(_logging_body(body, inverse), problem, (state0, log0), max_steps)
     final, log = out.state
@@ -99,7 +99,8 @@ class _Unwind(eqx.Module):
     state: object  # the state after step b-1 (reconstructed)
     ct_problem: object  # of the problem's floating leaves, summed over the reversed steps
     ct_state: object  # of `state`
-    checksum: jax.Array  # `inverse.checksum` summed over the reconstructed states
+    checksum: Checksum  # `inverse.checksum` merged over the reconstructed states
+    peak: jax.Array  # the largest `inverse.size` of `ct_state` so far
 
 
 @_reversible.def_bwd
@@ -115,22 +116,38 @@ def _reversible_bwd(residuals, grad_obj, perturbed, vjp_arg, body, inverse, max_
         i = carry.b - 1
         state, decisions = inverse.undo(problem, carry.state, row(log.scalars, i))
         d_problem, ct = reverse_step(body, problem, state, decisions, carry.ct_state, ct_buffers)
-        checksum = carry.checksum + inverse.checksum(state)
-        return _Unwind(i, state, tree_add(carry.ct_problem, d_problem), ct, checksum)
+        checksum = carry.checksum.merge(inverse.checksum(state, i))
+        peak = jnp.maximum(carry.peak, inverse.size(ct))
+        return _Unwind(i, state, tree_add(carry.ct_problem, d_problem), ct, checksum, peak)
 
     zeros = tree_zeros_like(eqx.filter(problem, is_diff))
-    init = _Unwind(log.taken, final, zeros, ct_state, jnp.zeros_like(log.checksum))
+    seed = inverse.size(ct_state)  # the largest cotangent the outputs received
+    seed = jnp.maximum(seed, _largest(ct_buffers, seed.dtype))
+    init = _Unwind(log.taken, final, zeros, ct_state, _zero_checksum(inverse, state0), seed)
     init = batched_like(init, (log.taken, final, ct_state, log.checksum))
     out = lax.while_loop(lambda carry: carry.b > 0, step, init)
-    drifted = inverse.drifted(state0, out.state, log.checksum, out.checksum)
-    return _unless_drifted(inverse, drifted, (out.ct_problem, out.ct_state))
+    # how much the backward pass grew its cotangents over those the outputs received
+    amplification = jnp.where(seed > 0, out.peak / jnp.where(seed > 0, seed, 1), 1)
+    refused = inverse.refused(state0, out.state, log.checksum, out.checksum, amplification)
+    return _unless_refused(inverse, refused, (out.ct_problem, out.ct_state))
 
 
-def _unless_drifted(inverse: Inverse, drifted, cotangents):
-    """The cotangents, or NaN (or `inverse.message` raised) where the reconstruction
-    of the initial state drifted from it."""
-    nan = lambda x: jnp.where(drifted, jnp.nan, x)  # noqa: E731
+def _zero_checksum(inverse: Inverse, state) -> Checksum:
+    like = eqx.filter_eval_shape(inverse.checksum, state, jnp.asarray(0, jnp.int32))
+    return jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), like)
+
+
+def _largest(tree, dtype) -> jax.Array:
+    """`max |x|` over the floating leaves of `tree` (0 for none)."""
+    leaves = [x for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
+    peaks = [jnp.max(jnp.abs(x), initial=0).astype(dtype) for x in leaves]
+    return jnp.max(jnp.stack(peaks), initial=0) if peaks else jnp.zeros((), dtype)
+
+
+def _unless_refused(inverse: Inverse, refused, cotangents):
+    """The cotangents, or NaN (or `inverse.message` raised) where they are refused."""
+    nan = lambda x: jnp.where(refused, jnp.nan, x)  # noqa: E731
     cotangents = jax.tree.map(nan, cotangents)
     if inverse.message is None:
         return cotangents
-    return eqx.error_if(cotangents, drifted, inverse.message)
+    return eqx.error_if(cotangents, refused, inverse.message)

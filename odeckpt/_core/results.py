@@ -57,6 +57,7 @@ class RESULTS(enum.IntEnum, metaclass=_Lookup):
     stagnation = 12
     conlim = 13
     reversible_drifted = 14
+    reversible_unstable = 15
     nonlinear_divergence = 5
     nonlinear_max_steps_reached = 5
     nonfinite = 3
@@ -126,11 +127,18 @@ _MESSAGES = {
     RESULTS.stagnation: "An iterative linear solve stagnated." + _UNUSED,
     RESULTS.conlim: "An iterative linear solve reached its condition limit." + _UNUSED,
     RESULTS.reversible_drifted: (
-        "ReversibleAdjoint: the forward states reconstructed backwards with the solver's "
-        "inverse step did not return to the initial state (the inverse steps amplified "
-        "round-off, as a reversible method does on strongly damped or stiff modes), so "
-        "the gradient would be wrong. Use `CheckpointAdjoint()` (the same gradient from "
-        "stored states), or a `Reversible(solver, coupling=...)` closer to 1."
+        "ReversibleAdjoint: the gradient's estimated error exceeds `gradient_tol`: the "
+        "states reconstructed backwards with the solver's inverse step drifted from the "
+        "forward ones (round-off amplified, as on strongly damped or stiff modes), or the "
+        "backward pass amplified that drift (the coupled pair's parasitic mode grew). Use "
+        "`CheckpointAdjoint()` (the same gradient from stored states)."
+    ),
+    RESULTS.reversible_unstable: (
+        "Reversible: the gap `y - z` between the coupled solutions grew past "
+        "`max_amplification` times the local errors that fed it: the pair's parasitic "
+        "mode is unstable on this problem (a damped or contracting mode), and the solution "
+        "would leave its base solver's. Use the base solver itself (e.g. `Tsit5()` with "
+        "`CheckpointAdjoint()`), or a smaller `Reversible(solver, coupling=...)`."
     ),
 }
 
@@ -141,6 +149,7 @@ _CAUSES = {
     RESULTS.nonfinite_state: "Non-finite state (NaN or inf) in the step from {where}.",
     RESULTS.backsolve_diverged: "Backward reconstruction diverged.",
     RESULTS.implicit_solve_failed: "Newton iteration failed in the step from {where}.",
+    RESULTS.reversible_unstable: "Parasitic mode growing in the step from {where}.",
     RESULTS.invalid_input: "Invalid input value (nothing solved, at {where}).",
 }
 

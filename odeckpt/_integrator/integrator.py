@@ -19,7 +19,7 @@ from odeckpt._controllers import ControllerState, Decision, stretched_to_end
 from odeckpt._core import RESULTS, Y, all_finite, batch_cond, pack, unpack
 from odeckpt._solvers import AbstractReversibleSolver, AbstractSolver, DenseStep
 
-from . import outputs as _outputs
+from . import outputs as _outputs, reconstruction
 from .events import event_at_start, event_step
 from .outputs import Outputs, SaveLayout
 from .state import Checkpoint, Problem, Record, RecordedDecisions, State, pack_counts
@@ -147,11 +147,15 @@ class Integrator(eqx.Module):
         if not problem.controller.adaptive:
             checked = (*checked, out.y_error)
         finite = all_finite(checked)
-        accepted = decision.accept & finite if decisions is None else decisions.accepted
-        failed = decision.accept & ~finite
+        # The solver's own failure: its solve (implicit methods, `y1` NaN), or a reason
+        # to stop although `y1` is finite (`Reversible`'s growing parasitic mode).
+        refused = jnp.asarray(out.failure is not None and out.failure != RESULTS.successful)
+        ok = finite & ~refused
+        accepted = decision.accept & ok if decisions is None else decisions.accepted
+        failed = decision.accept & ~ok
         cause = RESULTS.nonfinite_state
-        if out.failure is not None:  # the step's own solve failed (implicit methods)
-            cause = jnp.where(out.failure != RESULTS.successful, out.failure, cause)
+        if out.failure is not None:
+            cause = jnp.where(refused, out.failure, cause)
         result = jnp.where(failed, cause, decision.result)
         t, jumped = _landed(problem, state, accepted)
         t_next = self._next_time(problem, t, decision, accepted)
@@ -251,16 +255,21 @@ class Integrator(eqx.Module):
     def inverse(self, message: str | None = None, tolerance: float | None = None) -> Inverse:
         """Each step's inverse, for a reversible solver (`AbstractReversibleSolver`):
         what `reversible_loop` reconstructs the states with, recording per step only
-        its start and end times. `message`: raised where the reconstructed initial
-        state (`y` and the solver state) is off by more than `tolerance (1 + max |x|)`
-        in some leaf, `tolerance` `None` meaning `sqrt(eps)` of the leaf's dtype, or
-        where the sum of `sum |x|` over every reconstructed state (`y` and the solver
-        state) misses the forward pass's by more than `tolerance` relatively
-        (`message=None`: the gradient is NaN there). Not for a solve with an `Event`
-        or jumps of the vector field (which a step's inverse cannot undo)."""
-        drifted = ft.partial(_drifted, tolerance=tolerance)
-        return Inverse(scalars=_step_times, undo=self._undo, checksum=_checksum, drifted=drifted,
-                       message=message)  # fmt: skip
+        its start and end times, and the refusal of a gradient whose estimated relative
+        error exceeds `tolerance` (`reconstruction.refused`; `None`: its default).
+        `message`: raised where it is refused (`None`: the gradient is NaN there). Not
+        for a solve with an `Event` or jumps of the vector field (which a step's
+        inverse cannot undo)."""
+        solver = self.solver
+        assert isinstance(solver, AbstractReversibleSolver)
+        part = solver.reconstructed
+        return Inverse(
+            scalars=_step_times, undo=self._undo,
+            checksum=ft.partial(reconstruction.checksum, part=part),
+            size=ft.partial(reconstruction.largest, part=part),
+            refused=ft.partial(reconstruction.refused, part=part, tolerance=tolerance),
+            message=message,
+        )  # fmt: skip
 
     def _undo(self, problem: Problem, new: State, times):
         """The state the step to `new` started from, and that step's decisions: its
@@ -332,39 +341,6 @@ class Integrator(eqx.Module):
         output (a step is otherwise the same). For a loop that keeps the polynomials
         itself and writes the outputs of `self` (the continuous adjoints' tape)."""
         return dataclasses.replace(self, save_dense=True)
-
-
-def _floating(state: State) -> list:
-    """The floating leaves of `state.y` and `state.solver_state`."""
-    leaves = jax.tree.leaves((state.y, state.solver_state))
-    return [x for x in leaves if jnp.issubdtype(x.dtype, jnp.inexact)]
-
-
-def _checksum(state: State) -> jax.Array:
-    """`sum |x|` over the floating leaves of `y` and the solver state, in the time dtype."""
-    dtype = state.t.dtype
-    return sum((jnp.sum(jnp.abs(x)).astype(dtype) for x in _floating(state)), jnp.zeros((), dtype))
-
-
-def _drifted(state0: State, state: State, forward_sum, backward_sum, tolerance=None):
-    """Whether `state`'s `y` or floating solver state is off `state0`'s by more than
-    `tolerance (1 + max |x0|)` in some leaf, or the checksums differ by more than
-    `tolerance (1 + forward_sum)` (`tolerance=None`: `sqrt(eps)` of the leaf's dtype,
-    for the checksums of the least precise leaf's)."""
-
-    def tol(dtype):
-        return jnp.sqrt(jnp.finfo(dtype).eps) if tolerance is None else tolerance
-
-    def off(a, b):
-        big = jnp.max(jnp.abs(b), initial=0.0)
-        return jnp.max(jnp.abs(a - b), initial=0.0) > tol(b.dtype) * (1 + big)
-
-    pairs = list(zip(_floating(state), _floating(state0), strict=True))
-    # The states' own precision (the sums are accumulated in the time dtype).
-    coarsest = max((b.dtype for _, b in pairs), key=lambda d: jnp.finfo(d).eps, default=None)
-    scale = tol(forward_sum.dtype if coarsest is None else coarsest) * (1 + forward_sum)
-    sums = jnp.abs(forward_sum - backward_sum) > scale
-    return jnp.any(jnp.stack([sums, *(off(a, b) for a, b in pairs)]))
 
 
 def _step_times(state: State) -> jax.Array:

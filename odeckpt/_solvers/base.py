@@ -210,6 +210,12 @@ class AbstractReversibleSolver(AbstractSolver):
         """The inverse of `attempt(term, t0, dt, ...)`: `(y0, solver_state0)` from the
         state `(y1, solver_state)` at `t0 + dt`."""
 
+    def reconstructed(self, solver_state) -> PyTree:
+        """The part of the solver state that `reverse_step` must rebuild exactly and that
+        derivatives flow through (what a reconstruction's drift is measured on); the
+        default: all of it."""
+        return solver_state
+
     def linearised_reverse_step(
         self, term, t0, dt, y1, solver_state, args, dense: bool
     ) -> "tuple[Y, PyTree, AbstractSolver] | None":

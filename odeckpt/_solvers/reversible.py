@@ -13,6 +13,8 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from odeckpt._core import RESULTS
+
 from .base import (
     AbstractAdaptiveSolver,
     AbstractReversibleSolver,
@@ -21,6 +23,28 @@ from .base import (
 )
 from .linearised import LinearisedStep
 from .runge_kutta import AbstractERK
+
+
+class CoupledState(eqx.Module):
+    """`Reversible`'s solver state: the second solution `z`, and `fed`, the sum of the
+    local error estimates (and round-off) that have fed `y - z` since `z = y` (a
+    diagnostic: no derivative flows through it)."""
+
+    z: object
+    fed: jax.Array
+
+
+def _largest(tree, dtype) -> jax.Array:
+    """`max |x|` over the leaves of `tree`, in `dtype` (0 for no leaves)."""
+    peaks = [jnp.max(jnp.abs(x), initial=0).astype(dtype) for x in jax.tree.leaves(tree)]
+    return jnp.max(jnp.stack(peaks), initial=0) if peaks else jnp.zeros((), dtype)
+
+
+def _fed(errors, y1, dtype) -> jax.Array:
+    """What a step adds to `CoupledState.fed`: the largest local error estimate of its two
+    base steps (`errors`), plus the round-off of `y1` (`eps |y1|`, per leaf)."""
+    rounding = jax.tree.map(lambda y: jnp.finfo(y.dtype).eps * jnp.abs(y), y1)
+    return jax.lax.stop_gradient(_largest(errors, dtype) + _largest(rounding, dtype))
 
 
 def _base_step(solver: AbstractERK, term, t0, dt, y0, args, dense):
@@ -98,7 +122,7 @@ class _StepPullback(eqx.Module):
 
     def __call__(self, ct: StepOutput):
         y0, z0, y1, z1 = self.states
-        ct_y1, ct_z1 = ct.y1, ct.state
+        ct_y1, ct_z1 = ct.y1, ct.state.z
         ct_y0 = jax.tree.map(jnp.zeros_like, y0)
         ct_coeffs = None
         if self.coeffs is not None:  # coeffs = _shifted_dense(coeffs, y0, y1)
@@ -122,7 +146,9 @@ class _StepPullback(eqx.Module):
         ct_z0 = _tree_sum(ct_z0, d_z0)
         ct_t0 = _optional_sum(t1_y, t0_z)
         ct_dt = _optional_sum(t1_y, None if mdt_y is None else -mdt_y, dt_z)
-        return (_tree_sum(term_y, term_z), ct_t0, ct_dt, ct_y0, ct_z0, _tree_sum(args_y, args_z))
+        ct_state0 = CoupledState(ct_z0, ct.state.fed)  # `fed1 = fed0 + (no derivative)`
+        ct_args = _tree_sum(args_y, args_z)
+        return (_tree_sum(term_y, term_z), ct_t0, ct_dt, ct_y0, ct_state0, ct_args)
 
 
 def _optional_sum(*xs):
@@ -186,6 +212,7 @@ class Reversible(AbstractAdaptiveSolver, AbstractReversibleSolver):
 
     solver: AbstractERK
     coupling: float = 0.999
+    max_amplification: float | None = 1.0
 
     def __check_init__(self):
         wrapped = isinstance(self.solver, AbstractWrappedSolver)
@@ -199,6 +226,13 @@ class Reversible(AbstractAdaptiveSolver, AbstractReversibleSolver):
             raise ValueError(
                 f"`Reversible(coupling=...)` must be a number in (0, 1]; got {c!r}. "
                 "The default 0.999 suits most problems."
+            )
+        k = self.max_amplification
+        real = isinstance(k, int | float) and not isinstance(k, bool)
+        if k is not None and (not real or not k > 0):
+            raise ValueError(
+                f"`Reversible(max_amplification=...)` must be a positive number or None; got "
+                f"{k!r}. The default 1.0 stops a solve whose `y - z` outgrew its local errors."
             )
 
     def order(self, terms) -> int | None:
@@ -216,39 +250,59 @@ class Reversible(AbstractAdaptiveSolver, AbstractReversibleSolver):
         return False
 
     def init_state(self, term, t0, y0, args):
-        """`z0 = y0`."""
-        del term, t0, args
-        return y0
+        """`z0 = y0`, nothing fed yet."""
+        del term, args
+        return CoupledState(y0, jnp.zeros((), jnp.result_type(t0)))
 
     def attempt(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
-        z0 = solver_state
+        z0, fed0 = solver_state.z, solver_state.fed
         from_z = _base_step(self.solver, term, t0, dt, z0, args, dense)
         y1 = _coupled(self.coupling, y0, z0, from_z.y1)
         from_y = _base_step(self.solver, term, t0 + dt, -dt, y1, args, False)
         z1 = _plus_minus(y1, z0, from_y.y1)
         coeffs = None if from_z.coeffs is None else _shifted_dense(from_z.coeffs, y0, y1)
-        return StepOutput(y1, _error(from_y.y_error, y0, z0, y1, z1), z1, coeffs)
+        fed1 = fed0 + _fed((from_z.y_error, from_y.y_error), y1, fed0.dtype)
+        error = _error(from_y.y_error, y0, z0, y1, z1)
+        return StepOutput(y1, error, CoupledState(z1, fed1), coeffs, self._unstable(y1, z1, fed1))
+
+    def reconstructed(self, solver_state) -> object:
+        """`z` (`fed` is a diagnostic, rebuilt only up to its own round-off)."""
+        return solver_state.z
+
+    def _unstable(self, y1, z1, fed1) -> jax.Array:
+        """`RESULTS.reversible_unstable` where `|y1 - z1|` exceeds `max_amplification`
+        times what fed it (the parasitic mode is growing), else `successful`."""
+        if self.max_amplification is None:
+            return jnp.asarray(RESULTS.successful, jnp.int32)
+        gap = jax.lax.stop_gradient(_largest(jax.tree.map(jnp.subtract, y1, z1), fed1.dtype))
+        grown = gap > self.max_amplification * fed1
+        return jnp.where(grown, RESULTS.reversible_unstable, RESULTS.successful).astype(jnp.int32)
 
     def linearised_reverse_step(self, term, t0, dt, y1, solver_state, args, dense: bool):
         """`reverse_step`, linearising its two base steps: they are the ones the step
         from `(y0, z0)` takes, at the same points, so the replay needs none."""
-        z1 = solver_state
+        z1, fed1 = solver_state.z, solver_state.fed
         (a_y, a_error, _), from_y = _linearised_base(self.solver, term, t0 + dt, -dt, y1,
                                                      args, False)  # fmt: skip
         z0 = _plus_minus(z1, a_y, y1)
         (b_y, b_error, b_coeffs), from_z = _linearised_base(self.solver, term, t0, dt, z0,
                                                             args, dense)  # fmt: skip
         y0 = _uncoupled(self.coupling, y1, b_y, z0)
+        fed0 = fed1 - _fed((b_error, a_error), y1, fed1.dtype)
         coeffs = None if b_coeffs is None else _shifted_dense(b_coeffs, y0, y1)
-        output = StepOutput(y1, _error(a_error, y0, z0, y1, z1), z1, coeffs)
+        state1 = CoupledState(z1, fed1)
+        output = StepOutput(y1, _error(a_error, y0, z0, y1, z1), state1, coeffs,
+                            self._unstable(y1, z1, fed1))  # fmt: skip
         pullback = _StepPullback(self.coupling, from_y, from_z, (y0, z0, y1, z1), a_error,
                                  b_error, b_coeffs)  # fmt: skip
-        return y0, z0, LinearisedStep(self, output, pullback)
+        return y0, CoupledState(z0, fed0), LinearisedStep(self, output, pullback)
 
     def reverse_step(self, term, t0, dt, y1, solver_state, args):
-        """`(y0, z0)` from `(y1, z1)`: undoes `attempt(term, t0, dt, ...)` up to round-off."""
-        z1 = solver_state
+        """`(y0, (z0, fed0))` from `(y1, (z1, fed1))`: undoes `attempt(term, t0, dt, ...)`
+        up to round-off."""
+        z1, fed1 = solver_state.z, solver_state.fed
         from_y = _base_step(self.solver, term, t0 + dt, -dt, y1, args, False)
         z0 = _plus_minus(z1, from_y.y1, y1)
         from_z = _base_step(self.solver, term, t0, dt, z0, args, False)
-        return _uncoupled(self.coupling, y1, from_z.y1, z0), z0
+        fed0 = fed1 - _fed((from_z.y_error, from_y.y_error), y1, fed1.dtype)
+        return _uncoupled(self.coupling, y1, from_z.y1, z0), CoupledState(z0, fed0)

@@ -1,0 +1,118 @@
+"""How far a gradient through reconstructed states can be trusted: the checks behind
+`Integrator.inverse`, which `reversible_loop` runs.
+
+A reversible solver's backward pass evaluates each step's VJP at a state rebuilt from
+the next one by the inverse step, off the forward state by the round-off the inverse
+steps amplified (the drift). The gradient's error is that drift times the sensitivity
+of the VJPs to it, which the backward pass itself amplifies where its cotangents grow
+(a coupled pair's parasitic mode grows the forward gap and, transposed, the backward
+cotangents). So the refusal is on an estimate of the gradient's relative error,
+
+    error = SAFETY * amplification * max(drift, eps),
+
+with `amplification` the largest cotangent of the state over the backward pass divided
+by the largest cotangent the solve's outputs received, and `drift` the reconstructed
+states' distance from the forward ones relative to the largest forward state: measured
+exactly at the initial state, and over every step by two direction-sensitive checksums
+per leaf (each state's projections on pseudo-random weights that change with the step,
+summed over the steps in both passes: their difference is a random projection of every
+step's drift at once, so it does not cancel where the drift alternates in sign). See
+`docs/adjoints.md` for the measured false-negative rate.
+"""
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from odeckpt._checkpointing import Checksum
+
+from .state import State
+
+SAFETY = 10.0
+"""The error estimate's factor over `amplification * drift` (calibrated on the
+problem family of `benchmarks/bench_reversible_safety.py`)."""
+
+
+def _floating(state: State, part: Callable) -> list:
+    """The floating leaves of `state.y` and `part(state.solver_state)` (the part a
+    reconstruction must rebuild: `AbstractReversibleSolver.reconstructed`)."""
+    leaves = jax.tree.leaves((state.y, part(state.solver_state)))
+    return [x for x in leaves if jnp.issubdtype(x.dtype, jnp.inexact)]
+
+
+def largest(state: State, part: Callable) -> jax.Array:
+    """`max |x|` over the floating leaves of `state.y` and `part(state.solver_state)` (of
+    a state or its cotangent), in `state.t`'s dtype."""
+    dtype = jnp.result_type(state.t)
+    peaks = [jnp.max(jnp.abs(x), initial=0).astype(dtype) for x in _floating(state, part)]
+    return jnp.max(jnp.stack(peaks), initial=0) if peaks else jnp.zeros((), dtype)
+
+
+def _weights(shape, salt, index, dtype):
+    """Pseudo-random weights in [-1, 1), a function of each element's position, `salt`
+    and the step `index` only: an integer hash, so both passes compute the same bits."""
+    size = 1
+    for n in shape:
+        size *= n
+    h = lax.iota(jnp.uint32, size).reshape(shape) * jnp.uint32(0x9E3779B1)
+    h = h + index.astype(jnp.uint32) * jnp.uint32(0x85EBCA77) + jnp.uint32(salt)
+    for shift, factor in ((16, 0x7FEB352D), (15, 0x846CA68B)):
+        h = (h ^ (h >> shift)) * jnp.uint32(factor)
+    h = h ^ (h >> 16)
+    return (h >> 8).astype(dtype) * (2.0**-23) - 1
+
+
+def checksum(state: State, index, part: Callable) -> Checksum:
+    """Per floating leaf of `y` and `part(solver_state)`: its projections on the weights
+    `w` of step `index` and on `(3 w^2 - 1) / 2` (uncorrelated with `w`: one buffer of
+    weights serves both), and `max |x|`; in the time dtype (complex leaves' projections
+    complex)."""
+    dtype = jnp.result_type(state.t)
+    sums, peaks = [], []
+    for n, x in enumerate(_floating(state, part)):
+        w = _weights(x.shape, (0x2545F491 * (n + 1)) % 2**32, index, dtype)
+        x = x.astype(jnp.promote_types(x.dtype, dtype))
+        sums.append(jnp.stack([jnp.sum(w * x), jnp.sum((1.5 * w * w - 0.5) * x)]))
+        peaks.append(jnp.max(jnp.abs(x), initial=0).astype(dtype))
+    return Checksum(tuple(sums), tuple(peaks))
+
+
+def drift(state0: State, reconstructed: State, forward: Checksum, backward: Checksum,
+          part: Callable):  # fmt: skip
+    """The reconstructed states' distance from the forward ones, relative to the largest
+    forward state, per leaf and the largest over the leaves: exact at the initial state,
+    and estimated over every step by the checksums (the RMS of the projections'
+    differences, each scaled to unit variance: weights uniform in [-1, 1) have variance
+    1/3, their second Legendre polynomial 1/5). Never below the leaves' round-off."""
+    pairs = zip(_floating(reconstructed, part), _floating(state0, part), strict=True)
+    rows = zip(forward.sums, backward.sums, forward.peaks, pairs, strict=True)
+    dtype = jnp.result_type(state0.t)
+    out = jnp.zeros((), dtype)
+    for f, b, peak, (x, x0) in rows:
+        initial = jnp.max(jnp.abs(x - x0), initial=0).astype(dtype)
+        d = jnp.abs(f - b) ** 2
+        steps = jnp.sqrt((3 * d[0] + 5 * d[1]) / 2).astype(dtype)
+        scale = jnp.maximum(peak, jnp.finfo(dtype).tiny)
+        eps = jnp.asarray(jnp.finfo(x.dtype).eps, dtype)
+        out = jnp.maximum(out, jnp.maximum(jnp.maximum(initial, steps) / scale, eps))
+    return out
+
+
+def default_tolerance(state: State, part: Callable) -> float:
+    """`gradient_tol=None`: `eps ** (1/3)` of the least precise floating leaf (6e-6 in
+    float64, 4.9e-3 in float32)."""
+    leaves = _floating(state, part)
+    eps = max((float(jnp.finfo(x.dtype).eps) for x in leaves), default=2.0**-52)
+    return eps ** (1 / 3)
+
+
+def refused(state0: State, reconstructed: State, forward: Checksum, backward: Checksum,
+            amplification, *, part: Callable, tolerance: float | None = None):  # fmt: skip
+    """Whether the gradient's estimated relative error (see the module docstring)
+    exceeds `tolerance` (`None`: `default_tolerance`)."""
+    tol = default_tolerance(state0, part) if tolerance is None else tolerance
+    off = drift(state0, reconstructed, forward, backward, part)
+    estimate = SAFETY * jnp.maximum(amplification, 1) * off
+    return jnp.logical_not(estimate <= tol)  # NaN refuses
