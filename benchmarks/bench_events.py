@@ -13,8 +13,8 @@ process, interleaved (ratios of samples taken back to back, so machine load canc
   fixed there) with respect to h0, under each library's default reverse mode.
 
 A solve without `event=` traces no event code in its loop (`Problem.event is None`
-skips it at trace time); `bench_events_unused.py` measures it against odeckpt from
-before events.
+skips it at trace time; `docs/events.md` gives its cost against odeckpt from before
+events, as measured when they were merged).
 """
 
 import diffrax as dfx
