@@ -360,7 +360,7 @@ def test_robertson_diffrax_example():
     decades from 1e-4 to 100): the interior outputs come from the dense output between
     steps up to 10 long, so the global error exceeds the local tolerance (by about 10
     here, as any local-error control allows), but stays within 1e-6 of SciPy's Radau
-    at rtol 1e-12, the tolerance `benchmarks/diffrax_examples.py` compares the two
+    at rtol 1e-12, the tolerance `tools/compat/example_specs.py` compares the two
     libraries with."""
     ts = (0.0, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
     sol = oc.diffeqsolve(
