@@ -110,8 +110,8 @@ def robertson_reference(t1: float) -> tuple[np.ndarray, np.ndarray]:
 
 @functools.cache
 def van_der_pol_reference(mu: float, t1: float) -> np.ndarray:
-    field = lambda t, y: np.array([y[1], mu * (1 - y[0] ** 2) * y[1] - y[0]])  # noqa: E731
-    jac = lambda t, y: np.array([[0.0, 1.0], [-2 * mu * y[0] * y[1] - 1, mu * (1 - y[0] ** 2)]])  # noqa: E731
+    field = lambda t, y: np.array([y[1], mu * (1 - y[0] ** 2) * y[1] - y[0]])
+    jac = lambda t, y: np.array([[0.0, 1.0], [-2 * mu * y[0] * y[1] - 1, mu * (1 - y[0] ** 2)]])
     sol = scipy.integrate.solve_ivp(field, (0.0, t1), [2.0, 0.0], method="Radau",
                                     rtol=1e-12, atol=1e-12, jac=jac)  # fmt: skip
     return sol.y[:, -1]

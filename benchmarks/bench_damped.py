@@ -343,7 +343,7 @@ NONLINEAR = {
 def _nonlinear_gradient(name: str, adjoint):
     if name == "neural ODE (MLP 2-32-32-2)":
         params, static = eqx.partition(_mlp(), eqx.is_array)
-        vf = lambda t, y, p: eqx.combine(p, static)(y)  # noqa: E731
+        vf = lambda t, y, p: eqx.combine(p, static)(y)
         y0, args, t1 = jnp.array([1.0, 0.5]), params, 1.0
     else:
         vf, y0, args = NONLINEAR[name]

@@ -67,9 +67,9 @@ LIBS = {
 
 
 def _programs(solve):
-    loss = lambda p: jnp.mean(solve(p) ** 2)  # noqa: E731
-    grad = lambda p, v: jax.grad(loss)(p)  # noqa: E731
-    hvp = lambda p, v: jax.jvp(jax.grad(loss), (p,), (v,))[1]  # noqa: E731
+    loss = lambda p: jnp.mean(solve(p) ** 2)
+    grad = lambda p, v: jax.grad(loss)(p)
+    hvp = lambda p, v: jax.jvp(jax.grad(loss), (p,), (v,))[1]
     return {"hvp": hvp, "grad": grad}
 
 

@@ -80,7 +80,7 @@ def impact_times(params, bounces: int):
 
 def fit(observed, args: argparse.Namespace) -> list[np.ndarray]:
     """Gauss-Newton on the impact-time residuals; the parameters after each iteration."""
-    residuals = lambda p: impact_times(p, args.bounces) - observed  # noqa: E731
+    residuals = lambda p: impact_times(p, args.bounces) - observed
     step = jax.jit(lambda p: (residuals(p), jax.jacrev(residuals)(p)))
     params, history = jnp.asarray(START), [np.asarray(START)]
     for _ in range(args.iterations):

@@ -92,7 +92,7 @@ def test_cond_keeps_unbatched_operands_unbatched():
         visit(jaxpr.jaxpr)
         return shapes
 
-    plain = lambda x, w: lax.cond(x[0] > 0, lambda: w @ x * 2, lambda: -x[:2])  # noqa: E731
+    plain = lambda x, w: lax.cond(x[0] > 0, lambda: w @ x * 2, lambda: -x[:2])
     assert (3, 2, 3) in [s[0] for s in dot_shapes(plain)]  # lax.cond: one copy per element
     assert all(s[0] == (2, 3) for s in dot_shapes(_branchy))
 

@@ -63,7 +63,7 @@ def _params(dtype=jnp.float64):
 
 def _reference(backwards):
     t0, t1 = (T_END, 0.0) if backwards else (0.0, T_END)
-    loss = lambda p: _closed(*p, JUMPS, t0, t1)  # noqa: E731
+    loss = lambda p: _closed(*p, JUMPS, t0, t1)
     return jax.value_and_grad(loss)(_params())
 
 
@@ -233,7 +233,7 @@ def test_vmap_over_doses_and_jump_times(adjoint):
         return _solve(y0, k, doses, jumps, adjoint=ADJOINTS[adjoint]).ys[0]
 
     values, grads = jax.vmap(jax.value_and_grad(loss))(doses, taus)
-    closed = lambda d, tau: _closed(y0, k, d, (tau, JUMPS[1]))  # noqa: E731
+    closed = lambda d, tau: _closed(y0, k, d, (tau, JUMPS[1]))
     ref_values, ref_grads = jax.vmap(jax.value_and_grad(closed))(doses, taus)
     np.testing.assert_allclose(values, ref_values, rtol=1e-7)
     np.testing.assert_allclose(grads, ref_grads, rtol=1e-7, atol=1e-9)
@@ -251,7 +251,7 @@ def test_float32(promotion, inner):
     if inner == "pid":
         controller = oc.PIDController(rtol=1e-5, atol=1e-5)
     with jax.numpy_dtype_promotion(promotion):
-        loss = lambda p: _solve(*p, jumps, inner=controller, dt0=dt0).ys[0]  # noqa: E731
+        loss = lambda p: _solve(*p, jumps, inner=controller, dt0=dt0).ys[0]
         value, grads = jax.value_and_grad(loss)(p)
     assert value.dtype == jnp.float32
     ref_value, ref_grads = _reference(False)

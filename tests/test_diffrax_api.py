@@ -87,7 +87,7 @@ def test_wrapped_solver_answers_for_what_it_wraps():
 
 
 def test_half_solver_steps_as_diffrax_does():
-    f = lambda t, y, a: -a * y + jnp.sin(t)  # noqa: E731
+    f = lambda t, y, a: -a * y + jnp.sin(t)
     y0, args = jnp.ones(2), 0.7
     ours = oc.diffeqsolve(f, oc.HalfSolver(oc.Euler()), 0.0, 3.0, 0.1, y0, args,
                           stepsize_controller=oc.PIDController(rtol=1e-4, atol=1e-6))  # fmt: skip
@@ -163,7 +163,7 @@ def test_root_finder_sets_the_newton_tolerances():
     given = oc.Kvaerno5(root_finder=oc.VeryChord(rtol=1e-4, atol=1e-6, kappa=0.5))
     assert (given.rtol, given.atol, given.max_iters) == (5e-5, 5e-7, 10)
     # diffrax's test helpers loosen an implicit solver's root finder like this.
-    where = lambda s: (s.root_finder.rtol, s.root_finder.atol, s.root_finder.norm)  # noqa: E731
+    where = lambda s: (s.root_finder.rtol, s.root_finder.atol, s.root_finder.norm)
     loosened = eqx.tree_at(where, oc.Kvaerno5(), (1e-3, 1e-6, lambda x: jnp.sqrt(jnp.mean(x**2))))
     assert (loosened.rtol, loosened.atol) == (1e-3 * 1e-2, 1e-6 * 1e-2)
     exact = np.exp(np.asarray([-1.0, -1000.0]))
@@ -220,7 +220,7 @@ def test_user_tableau_reads_back_diffrax_fields():
 
 
 def _loss(solver, y0, adjoint, t1=2.0, dtype=jnp.float64, adaptive=True):
-    f = lambda t, y, a: jnp.stack([y[1], -y[0] - 0.1 * y[1]])  # noqa: E731
+    f = lambda t, y, a: jnp.stack([y[1], -y[0] - 0.1 * y[1]])
     controller = oc.PIDController(rtol=1e-6, atol=1e-8) if adaptive else oc.ConstantStepSize()
     sol = oc.diffeqsolve(
         f, solver, 0.0, t1, 0.1 if t1 > 0 else -0.1, y0.astype(dtype),
@@ -262,7 +262,7 @@ def test_user_method_equals_builtin_under_every_adjoint(adjoint):
 def test_user_method_forward_mode_vmap_and_directions(dtype, t1):
     y0s = jnp.asarray([[1.0, 0.5], [0.2, -0.3]])
     fwd = oc.ForwardMode()
-    loss = lambda s, y: _loss(s, y, fwd, t1, dtype, adaptive=False)  # noqa: E731
+    loss = lambda s, y: _loss(s, y, fwd, t1, dtype, adaptive=False)
     mine = jax.vmap(jax.jacfwd(lambda y: loss(_BogackiShampine(), y)))(y0s)
     builtin = jax.vmap(jax.jacfwd(lambda y: loss(oc.Bosh3(), y)))(y0s)
     # Bosh3's dense output is the same cubic Hermite, written as stage weights.
@@ -272,7 +272,7 @@ def test_user_method_forward_mode_vmap_and_directions(dtype, t1):
 
 def test_user_method_converges_at_its_order():
     # y' = -y + sin t, y(0) = 1: y = 1.5 e^-t + (sin t - cos t) / 2.
-    f = lambda t, y, a: -y + jnp.sin(t)  # noqa: E731
+    f = lambda t, y, a: -y + jnp.sin(t)
     exact = 1.5 * np.exp(-2.0) + (np.sin(2.0) - np.cos(2.0)) / 2
     errors = [
         abs(float(oc.diffeqsolve(f, _ThreeEighths(), 0.0, 2.0, 2.0 / n, jnp.asarray(1.0)).ys[-1])

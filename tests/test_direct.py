@@ -153,7 +153,7 @@ def test_event_time_and_its_derivatives_equal_the_closed_form():
         )  # fmt: skip
         return sol.ts[-1]
 
-    exact = lambda h0: jnp.sqrt(2 * h0 / g)  # noqa: E731
+    exact = lambda h0: jnp.sqrt(2 * h0 / g)
     h0 = jnp.asarray(2.0)
     np.testing.assert_allclose(impact(h0), exact(h0), rtol=1e-10)
     np.testing.assert_allclose(jax.grad(impact)(h0), jax.grad(exact)(h0), rtol=1e-8)

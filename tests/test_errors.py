@@ -236,6 +236,6 @@ def test_zero_length_solve_time_gradients(t0, t1):
 
 def test_zero_length_solve_time_tangent_in_forward_mode():
     y0 = jnp.asarray(DECAY.y0)
-    solve = lambda t1: _empty_solve(y0, 0.7, adjoint=oc.ForwardMode(), t1=t1).ys  # noqa: E731
+    solve = lambda t1: _empty_solve(y0, 0.7, adjoint=oc.ForwardMode(), t1=t1).ys
     _, tangent = jax.jvp(solve, (0.5,), (1.0,))
     np.testing.assert_allclose(tangent, -0.7 * y0[None], rtol=1e-14)

@@ -375,7 +375,7 @@ def _after_event(params, adjoint):
     (the setting of diffrax's issue 729), the first under `adjoint`."""
     y0, k = params
     event = oc.Event(lambda t, y, args, **kw: y[0] - 0.5)
-    f = lambda t, y, k: jnp.stack([-k * y[0], y[0]])  # noqa: E731
+    f = lambda t, y, k: jnp.stack([-k * y[0], y[0]])
     first = oc.diffeqsolve(f, oc.Tsit5(), 0.0, 10.0, 0.05, jnp.stack([y0, 0.0]), k, event=event,
                            adjoint=adjoint, stepsize_controller=TIGHT)  # fmt: skip
     t_event, y_event = first.ts[0], first.ys[0]

@@ -149,7 +149,7 @@ def _after_event(params):
     (the setting of diffrax's issue 729)."""
     y0, k = params
     event = oc.Event(lambda t, y, args, **kw: y[0] - 0.5)
-    f = lambda t, y, k: jnp.stack([-k * y[0], y[0]])  # noqa: E731
+    f = lambda t, y, k: jnp.stack([-k * y[0], y[0]])
     first = oc.diffeqsolve(f, oc.Tsit5(), 0.0, 10.0, 0.05, jnp.stack([y0, 0.0]), k, event=event,
                            adjoint=oc.CheckpointAdjoint(checkpoints=3))  # fmt: skip
     t_event, y_event = first.ts[0], first.ys[0]
@@ -260,7 +260,7 @@ def test_steady_state_event():
 def test_pytree_and_complex_states():
     event = oc.Event(lambda t, y, a, **kw: jnp.real(y["z"]) - 0.5)
     y0 = {"z": jnp.asarray(1.0 + 0.0j), "w": jnp.zeros(2)}
-    f = lambda t, y, a: {"z": 1j * y["z"], "w": jnp.ones(2)}  # noqa: E731  z = e^{it}
+    f = lambda t, y, a: {"z": 1j * y["z"], "w": jnp.ones(2)}  # z = e^{it}
     sol = oc.diffeqsolve(f, oc.Tsit5(), 0.0, 5.0, 0.01, y0, event=event, stepsize_controller=TIGHT)
     np.testing.assert_allclose(sol.ts, [jnp.pi / 3], atol=1e-9)
     np.testing.assert_allclose(sol.ys["w"][0], [jnp.pi / 3] * 2, atol=1e-9)
@@ -270,7 +270,7 @@ def test_pytree_and_complex_states():
 def test_crossing_located_to_a_few_ulp(root):
     # y = t (up to the rounding of Tsit5's dense output): the condition changes sign on
     # the step's polynomial within a few ulp either side of the located time.
-    cond = lambda y: y**3 - root**3  # noqa: E731
+    cond = lambda y: y**3 - root**3
     event = oc.Event(lambda t, y, a, **kw: cond(y))
     sol = oc.diffeqsolve(_ramp, oc.Tsit5(), 0.0, 5.0, 0.7, 0.0, event=event,
                          saveat=oc.SaveAt(t1=True, dense=True), max_steps=16)  # fmt: skip

@@ -302,7 +302,7 @@ def test_forward_mode_matches_reverse_mode():
 def test_vmap_matches_separate_solves():
     solver = oc.KenCarp4()
     batch = jnp.stack([jnp.asarray(ARGS), 1.5 * jnp.asarray(ARGS)])
-    loss = lambda a: _loss(a, solver, oc.CheckpointAdjoint(), controller=PID)  # noqa: E731
+    loss = lambda a: _loss(a, solver, oc.CheckpointAdjoint(), controller=PID)
     batched = jax.vmap(jax.value_and_grad(loss))(batch)
     separate = jax.lax.map(jax.value_and_grad(loss), batch)
     np.testing.assert_allclose(batched[0], separate[0], rtol=1e-12)
@@ -337,7 +337,7 @@ def test_pytree_and_complex_states_against_closed_form():
 @slow
 def test_strict_promotion_gives_standard_results_bit_for_bit():
     def run():
-        loss = lambda a: _loss(a, oc.KenCarp3(), oc.CheckpointAdjoint(checkpoints=3),  # noqa: E731
+        loss = lambda a: _loss(a, oc.KenCarp3(), oc.CheckpointAdjoint(checkpoints=3),
                                controller=oc.PIDController(rtol=1e-5, atol=1e-7))  # fmt: skip
         return jax.value_and_grad(loss)(jnp.asarray(ARGS, jnp.float32))
 

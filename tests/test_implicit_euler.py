@@ -44,7 +44,7 @@ def forced(t, y, args):
 
 def forced_exact(t, y0, k, w):
     """`y(t)` of `forced` from `y(0) = y0` (variation of constants)."""
-    particular = lambda s: (k * jnp.sin(w * s) - w * jnp.cos(w * s)) / (k**2 + w**2)  # noqa: E731
+    particular = lambda s: (k * jnp.sin(w * s) - w * jnp.cos(w * s)) / (k**2 + w**2)
     return (y0 - particular(0.0)) * jnp.exp(-k * t) + particular(t)
 
 
@@ -246,7 +246,7 @@ def test_replayed_steps_repeat_the_forward_pass():
 
 def _exact_loss(y0, args):
     k, w = args
-    at = lambda t: forced_exact(t, y0, k, w)  # noqa: E731
+    at = lambda t: forced_exact(t, y0, k, w)
     return jnp.sum(at(0.3) ** 2) + jnp.sum(at(1.0) ** 2)
 
 
@@ -265,7 +265,7 @@ def test_continuous_adjoints_converge_to_the_exact_gradient(cls):
 @slow
 def test_vmap_matches_separate_solves():
     y0s = jnp.array([[1.0, -0.5], [0.2, 3.0], [-1.0, 0.0]])
-    solve = lambda y0: oc.diffeqsolve(forced, SOLVER, 0.0, 1.0, 0.1, y0, ARGS).ys[0]  # noqa: E731
+    solve = lambda y0: oc.diffeqsolve(forced, SOLVER, 0.0, 1.0, 0.1, y0, ARGS).ys[0]
     batched = jax.jit(jax.vmap(solve))(y0s)
     for i in range(3):
         np.testing.assert_allclose(batched[i], jax.jit(solve)(y0s[i]), rtol=1e-12, atol=1e-14)

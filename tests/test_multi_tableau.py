@@ -48,7 +48,7 @@ def test_additive_dopri5_equals_the_closed_form_and_dopri5(t1):
     a, y0 = jnp.asarray(0.8), jnp.asarray([1.0, -0.5])
     pid = oc.PIDController(rtol=1e-9, atol=1e-9)
     dt0 = 0.1 if t1 > 0 else -0.1
-    solve = lambda a, solver: _solve(solver, a, y0, pid, dt0, t1)  # noqa: E731
+    solve = lambda a, solver: _solve(solver, a, y0, pid, dt0, t1)
     np.testing.assert_allclose(solve(a, _DoubleDopri5()), _exact(a, y0, t1), rtol=1e-7)
     # One tableau for every term: Dopri5 on the summed field, to round-off.
     np.testing.assert_allclose(solve(a, _DoubleDopri5()), solve(a, oc.Dopri5()), rtol=1e-12)

@@ -229,7 +229,7 @@ def test_strict_promotion_with_complex64_and_float32():
 @slow
 def test_pytree_halves():
     """`q` and `p` as dicts (a 2-D oscillator): the same numbers as the flat state."""
-    to_tree = lambda x: {"x": x[0], "y": x[1]}  # noqa: E731
+    to_tree = lambda x: {"x": x[0], "y": x[1]}
     terms = (
         oc.ODETerm(lambda t, p, w: p),
         oc.ODETerm(lambda t, q, w: jax.tree.map(lambda v: -(w**2) * v, q)),

@@ -150,7 +150,7 @@ def test_zero_length_solve_fills_every_sub_from_y0():
 def test_fn_of_a_nonlinear_solution_matches_scipy():
     problem = LOTKA_VOLTERRA
     ts = np.linspace(0.0, 10.0, 11)[1:]
-    fn = lambda t, y, args: jnp.log(y[0]) - y[0] + 2 * jnp.log(y[1]) - y[1]  # noqa: E731
+    fn = lambda t, y, args: jnp.log(y[0]) - y[0] + 2 * jnp.log(y[1]) - y[1]
     y0, args = jnp.asarray(problem.y0), jax.tree.map(jnp.asarray, problem.args)
     sol = oc.diffeqsolve(problem.vector_field, oc.Dopri8(), 0.0, 10.0, None, y0, args,
                          saveat=oc.SaveAt(ts=ts, fn=fn),

@@ -180,7 +180,7 @@ def test_pytree_state():
         saveat=oc.SaveAt(ts=ts, dense=True), stepsize_controller=TIGHT,
     )  # fmt: skip
     assert jax.tree.structure(sol.ys) == jax.tree.structure(y0)
-    decay = lambda y, k: y[None] * jnp.exp(-jnp.reshape(k, (1,) + k.shape) * jnp.reshape(  # noqa: E731
+    decay = lambda y, k: y[None] * jnp.exp(-jnp.reshape(k, (1,) + k.shape) * jnp.reshape(
         ts, (-1,) + (1,) * y.ndim))  # fmt: skip
     expected = {"a": decay(y0["a"], jnp.full(2, 0.5)),
                 "b": (decay(y0["b"][0], jnp.broadcast_to(rates["b"], (3, 2))),
@@ -260,8 +260,8 @@ def _decay_y1(y0, k):
 
 def test_grad_matches_closed_form():
     y0, k = jnp.asarray(DECAY.y0), jnp.asarray(0.7)
-    loss = lambda y0, k: jnp.sum(_decay_y1(y0, k) ** 2)  # noqa: E731
-    exact_loss = lambda y0, k: jnp.sum(exact(DECAY, 2.0, y0, k) ** 2)  # noqa: E731
+    loss = lambda y0, k: jnp.sum(_decay_y1(y0, k) ** 2)
+    exact_loss = lambda y0, k: jnp.sum(exact(DECAY, 2.0, y0, k) ** 2)
     grads = jax.grad(loss, argnums=(0, 1))(y0, k)
     expected = jax.grad(exact_loss, argnums=(0, 1))(y0, k)
     # d y(2) / d y0 = exp(-2k); d y(2) / dk = -2 y0 exp(-2k)
@@ -379,7 +379,7 @@ def test_python_int_in_args_under_grad_allow_int(adjoint):
 
     def loss(args):
         # `n` arrives as an int64 array (`jax.grad` converts it): cast it explicitly.
-        field = lambda t, y, a: -a[0] * jnp.asarray(a[1], y.dtype) * y  # noqa: E731
+        field = lambda t, y, a: -a[0] * jnp.asarray(a[1], y.dtype) * y
         sol = oc.diffeqsolve(field, oc.Tsit5(), 0.0, 1.0, 0.01, jnp.ones(2), args,
                              adjoint=adjoint)  # fmt: skip
         return jnp.sum(sol.ys)

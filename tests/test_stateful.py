@@ -174,7 +174,7 @@ def _linear_loss(solver, adjoint, num_steps: int):
 
 def _exact_linear_grad():
     problem = LINEAR_SYSTEM
-    loss = lambda y0, a: jnp.sum(exact(problem, problem.t1, y0, a) ** 2)  # noqa: E731
+    loss = lambda y0, a: jnp.sum(exact(problem, problem.t1, y0, a) ** 2)
     return jax.grad(loss, (0, 1))(jnp.asarray(problem.y0), jnp.asarray(problem.args))
 
 

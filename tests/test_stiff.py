@@ -490,7 +490,7 @@ def test_continuous_adjoints_with_an_explicit_adjoint_solver(name, adjoint):
 
 def _cubic_stage(p, hg=0.1, base=1.0):
     """`k = f(base + hg k)` with `f(z) = -p z^3`, solved from a poor guess."""
-    f = lambda t, z: -p * z**3  # noqa: E731
+    f = lambda t, z: -p * z**3
     stage = Stage(jnp.asarray(0.0), jnp.array([base]), jnp.asarray(hg))
     jac = jax.jacfwd(lambda z: f(0.0, z))(stage.base)
     lu = la.factor(jnp.eye(1) - hg * jac)
@@ -514,7 +514,7 @@ def test_stage_derivative_is_the_implicit_function_theorem():
 def test_failed_iteration_restarts_with_a_fresh_jacobian():
     """A factorisation of the wrong matrix diverges; the restart with the Jacobian at
     the stage converges."""
-    f = lambda t, z: -1e3 * z  # noqa: E731
+    f = lambda t, z: -1e3 * z
     stage = Stage(jnp.asarray(0.0), jnp.array([1.0, 2.0]), jnp.asarray(0.1))
     wrong = la.factor(jnp.eye(2))  # as if J = 0
     result = solve_stage(f, stage, jnp.zeros(2), wrong, jnp.asarray(1.0),
@@ -631,7 +631,7 @@ def test_user_jacobian_gives_the_autodiff_solution():
 
 
 def test_wrong_user_jacobian_raises():
-    wrong = lambda t, y, k: -robertson_jacobian(t, y, k)  # noqa: E731
+    wrong = lambda t, y, k: -robertson_jacobian(t, y, k)
     with pytest.raises(Exception, match="disagrees with the derivative of the vector field"):
         _robertson_final(oc.Ros3P(jac=wrong), jnp.asarray(ROBERTSON_K))
     with pytest.raises(ValueError, match=r"must return an \(3, 3\) array"):

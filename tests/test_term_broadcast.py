@@ -29,7 +29,7 @@ def test_pytree_and_complex_state_and_gradient():
 
     def solve(c):
         y0 = {"a": jnp.zeros(2), "z": jnp.ones(2, jnp.complex128)}
-        field = lambda t, y, args: {"a": args, "z": -y["z"].real}  # noqa: E731
+        field = lambda t, y, args: {"a": args, "z": -y["z"].real}
         sol = oc.diffeqsolve(field, oc.Tsit5(), 0.0, 1.0, 0.1, y0, args=c)
         return sol.ys
 

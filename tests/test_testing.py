@@ -193,7 +193,7 @@ def test_verdicts_table():
 def test_richardson_is_exact_for_a_quintic():
     # (f(1+h) - f(1-h)) / 2h for f = x^5 is 5 + 10 h^2 + h^4: order 2 removes both terms
     h = np.array([[0.4], [0.2], [0.1]])
-    f = lambda x: x**5  # noqa: E731
+    f = lambda x: x**5
     est = _fd.extrapolate(f(1 + h), f(1 - h), 5 * 2 * h, 2 * h, eps=0.0)
     np.testing.assert_allclose(est.residual, 0.0, atol=1e-13)
 

@@ -243,7 +243,7 @@ def test_ode_with_a_planted_second_derivative_fails():
 
     k, y0 = jnp.asarray(0.9), jnp.asarray([1.2, -0.6])
     adjoint = oc.CheckpointAdjoint(checkpoints=4)
-    loss = lambda k, y0: solve_loss(k, y0, adjoint, field)  # noqa: E731
+    loss = lambda k, y0: solve_loss(k, y0, adjoint, field)
     oct.assert_grads_close(loss, k, y0, argnums=(0, 1), rtol=1e-9)
     with pytest.raises(oct.HessianCheckError, match="mismatch: the Hessian is wrong"):
         oct.assert_hessian_close(loss, k, y0, argnums=(0, 1), rtol=1e-9)

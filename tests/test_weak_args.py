@@ -13,7 +13,7 @@ import odeckpt as oc
 
 def _loss(args, adjoint, dtype):
     # `a[1]` (a Python int) and `a[0]` (a Python float) multiply `y` uncast.
-    field = lambda t, y, a: -a[0] * a[1] * y  # noqa: E731
+    field = lambda t, y, a: -a[0] * a[1] * y
     sol = oc.diffeqsolve(field, oc.Tsit5(), 0.0, 1.0, 0.1, jnp.ones(2, dtype), args,
                          adjoint=adjoint, max_steps=16)  # fmt: skip
     assert sol.ys.dtype == dtype

@@ -182,7 +182,7 @@ def _online_schedule(c: int, max_steps: int, expected: int | None, w: int):
     if _use_table(c, max_steps, expected):
         table = _online_table(c, max_steps, expected, w)
         slots, gaps, next_slots = (jnp.asarray(t) for t in table)
-        ahead = lambda online, i: (online, gaps[i], next_slots[i])  # noqa: E731
+        ahead = lambda online, i: (online, gaps[i], next_slots[i])
         return (jnp.zeros((), jnp.int32), slots[0]), ahead
 
     def ahead(online, i):

@@ -95,7 +95,7 @@ def illinois(h: Callable, a, b, fa, fb):
     zero, with the smaller `|h|`. Not differentiated."""
     a, b, fa, fb = (lax.stop_gradient(jnp.asarray(x)) for x in (a, b, fa, fb))
     fa, fb = fa.astype(a.dtype), fb.astype(a.dtype)
-    h_real = lambda s: jnp.asarray(h(s)).astype(a.dtype)  # noqa: E731
+    h_real = lambda s: jnp.asarray(h(s)).astype(a.dtype)
     eps = jnp.finfo(a.dtype).eps
 
     def open_(carry):

@@ -109,7 +109,7 @@ def outputs(
 ) -> Outputs:
     """The buffers (one per emitter, in `emitters`' order) as an `Outputs` record."""
     rows = list(buffers)
-    take = lambda saved: rows.pop(0) if saved else None  # noqa: E731
+    take = lambda saved: rows.pop(0) if saved else None
     subs = []
     for layout in layouts:
         saved = _saved(layout, of_state)

@@ -280,7 +280,7 @@ def check_event(event, adjoint, t0, y0, args, kwargs: dict) -> tuple[bool, ...]:
             "`BacksolveAdjoint(solver=Tsit5())` (reverse mode), or `ForwardMode()`, with "
             "`event=...`."
         )
-    call = lambda c: lambda t, y, a: jnp.asarray(c(t, y, a, **kwargs))  # noqa: E731
+    call = lambda c: lambda t, y, a: jnp.asarray(c(t, y, a, **kwargs))
     outs = [eqx.filter_eval_shape(call(c), t0, y0, args) for c in event.conditions]
     for i, out in enumerate(outs):
         if out.shape != () or not (jnp.issubdtype(out.dtype, jnp.floating) or out.dtype == bool):

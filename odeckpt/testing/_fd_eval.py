@@ -40,7 +40,7 @@ def _analytic(scalar_fn, ad, batch_size, leaves, tangents):
         return jax.value_and_grad(scalar_fn)(leaves)
     if tangents is None:
         return scalar_fn(leaves), jax.jacfwd(scalar_fn)(leaves)
-    jvp = lambda t: jax.jvp(scalar_fn, (leaves,), (t,))  # noqa: E731
+    jvp = lambda t: jax.jvp(scalar_fn, (leaves,), (t,))
     primals, tangents_out = lax.map(jvp, tangents, batch_size=batch_size)
     return primals[0], tangents_out
 

@@ -51,7 +51,7 @@ def _hvp_program(scalar_fn, ad, batch_size, leaves, points, tangents):
     stacked point."""
     gradient = _gradient(scalar_fn, ad)
     g = lax.map(gradient, points, batch_size=batch_size)
-    hvp = lambda t: jax.jvp(gradient, (leaves,), (t,))[1]  # noqa: E731
+    hvp = lambda t: jax.jvp(gradient, (leaves,), (t,))[1]
     return scalar_fn(leaves), lax.map(hvp, tangents, batch_size=batch_size), g
 
 

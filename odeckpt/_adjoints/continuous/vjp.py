@@ -303,7 +303,7 @@ def _checked(sw: Sweep, adjoint, max_steps: int):
     # values were finite): reported, never returned as a gradient.
     unstable = (sw.result == RESULTS.nonfinite_state) | ~all_finite((sw.flow.a, sw.g))
     failed = diverged | unstable | (sw.result != RESULTS.successful)
-    nan = lambda x: jnp.where(failed, jnp.nan, x)  # noqa: E731
+    nan = lambda x: jnp.where(failed, jnp.nan, x)
     ct_y0, g = jax.tree.map(nan, (sw.flow.a, sw.g))
     if adjoint.throw:
         name = type(adjoint).__name__
@@ -330,9 +330,9 @@ def _checked(sw: Sweep, adjoint, max_steps: int):
 def _cotangent_tree(vjp_arg, ct_y0, g, ct_saves, ct_event=None):
     """Cotangents shaped like `(problem, state0)`: only `y0`, `term`, `args`, the
     arrays of the saved outputs' `fn`s and of the event's conditions nonzero."""
-    is_none = lambda x: x is None  # noqa: E731
+    is_none = lambda x: x is None
     nothing = jax.tree.map(lambda _: None, vjp_arg)
-    where = lambda ct: (ct[0].term, ct[0].args, ct[0].saves, ct[1].y)  # noqa: E731
+    where = lambda ct: (ct[0].term, ct[0].args, ct[0].saves, ct[1].y)
     tree = eqx.tree_at(where, nothing, (*g, ct_saves, ct_y0), is_leaf=is_none)
     if ct_event is None:
         return tree
