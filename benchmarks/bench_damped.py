@@ -260,8 +260,15 @@ def torch_rows(cases: list[str], timeout_seconds: float) -> tuple[dict[str, list
     problems = {
         case: {"a": CASES[case][0].tolist(), "y0": CASES[case][1].tolist()} for case in cases
     }
-    spec = {"damped": {"ts": TS.tolist(), "rtol": RTOL, "atol": ATOL, "max_steps": MAX_STEPS,
-                       "cases": problems}}  # fmt: skip
+    spec = {
+        "damped": {
+            "ts": TS.tolist(),
+            "rtol": RTOL,
+            "atol": ATOL,
+            "max_steps": MAX_STEPS,
+            "cases": problems,
+        }
+    }
     results, note = run_torch_peer(spec, timeout_seconds)
     if results is None:
         return {}, note

@@ -62,8 +62,18 @@ def vector_field(t, y, c):
 def flight(t0, y0, c, dense: bool = False):
     """One flight from `(t0, y0)` until the ball reaches the ground."""
     saveat = oc.SaveAt(t1=True, dense=dense)
-    return oc.diffeqsolve(vector_field, oc.Tsit5(), t0, jnp.inf, 0.01, y0, c, saveat=saveat,
-                          stepsize_controller=CONTROLLER, event=GROUND)  # fmt: skip
+    return oc.diffeqsolve(
+        vector_field,
+        oc.Tsit5(),
+        t0,
+        jnp.inf,
+        0.01,
+        y0,
+        c,
+        saveat=saveat,
+        stepsize_controller=CONTROLLER,
+        event=GROUND,
+    )
 
 
 def impact_times(params, bounces: int):

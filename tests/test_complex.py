@@ -365,11 +365,14 @@ def test_vmap_over_complex_states():
 
 @pytest.mark.parametrize(
     "solver",
-    [oc.Tsit5(), pytest.param(oc.Kvaerno5(), marks=pytest.mark.slow),
-     pytest.param(oc.Rodas5P(), marks=pytest.mark.slow),
-     pytest.param(oc.Kvaerno4(), marks=pytest.mark.slow)],
+    [
+        oc.Tsit5(),
+        pytest.param(oc.Kvaerno5(), marks=pytest.mark.slow),
+        pytest.param(oc.Rodas5P(), marks=pytest.mark.slow),
+        pytest.param(oc.Kvaerno4(), marks=pytest.mark.slow),
+    ],
     ids=["Tsit5", "Kvaerno5", "Rodas5P", "Kvaerno4"],
-)  # fmt: skip
+)
 def test_strict_promotion(solver):
     # complex64 states with float32 args against float64 times, under strict promotion.
     y0, args = jnp.asarray(Y0, jnp.complex64), jnp.float32(ARGS)

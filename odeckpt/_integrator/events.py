@@ -77,9 +77,10 @@ def event_step(problem: Problem, state: State, new: State, record: Record, accep
     triggered = [going & fired for fired in event.triggered(before, after)]
     times = [
         _crossing(cond, dense, args, fired, g0, g1) if real else state.t_next
-        for cond, real, fired, g0, g1 in zip(event.conds, event.real, triggered, before, after,
-                                             strict=True)
-    ]  # fmt: skip
+        for cond, real, fired, g0, g1 in zip(
+            event.conds, event.real, triggered, before, after, strict=True
+        )
+    ]
     earliest, index = _earliest(triggered, times)
     fired = index > 0
     # Evaluated at the step's end where nothing fired: `inf` would put NaN in gradients.

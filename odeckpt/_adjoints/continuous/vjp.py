@@ -132,8 +132,9 @@ def _vjp_backward_pass(
     theta, static = eqx.partition((problem.term, problem.args), (p_problem.term, p_problem.args))
     split = (theta, static, *eqx.partition(problem.saves, p_problem.saves))
     values = (integrator.outputs(out.buffers), integrator.outputs(tape.saved_y, of_state=True))
-    saved = saved_pullback(integrator, problem, state0, out.state, values, cts.subs, split,
-                           adjoint.integrates_y())  # fmt: skip
+    saved = saved_pullback(
+        integrator, problem, state0, out.state, values, cts.subs, split, adjoint.integrates_y()
+    )
     solver = sweep_solver(adjoint.solver, integrator.solver)
     ctx = _context(adjoint, solver, fwd, saved, max_steps)
     field = AdjointField(theta, static, None)
@@ -144,9 +145,12 @@ def _vjp_backward_pass(
         t_end = cts.t + saved.t_end  # pyright: ignore[reportOptionalOperand]
         sw, ct_event = event_jump(field, events, problem.event.real, out.state, t_end, sw)
     inputs = SweepInputs(
-        tape=tape, plan=plan, problem=problem, solver=integrator.solver,
+        tape=tape,
+        plan=plan,
+        problem=problem,
+        solver=integrator.solver,
         num_accepted=out.state.num_accepted,
-    )  # fmt: skip
+    )
     sw = adjoint.sweep(ctx, field, sw, inputs)
     sw = eqx.tree_at(lambda s: s.g, sw, tree_add(sw.g, saved.g))
     ct_y0, g = _checked(sw, adjoint, max_steps)
