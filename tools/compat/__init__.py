@@ -18,7 +18,7 @@ Both put odeckpt behind a generated rename-only `diffrax` package. One job per m
   `example_child.py`: one run of an example; `example_compare.py`: the comparison;
   `example_report.py`: EXAMPLES.md; `examples.py`: the command.
 
-This package's modules import only the standard library at the top, apart from
-`plugin.py` (pytest) and the examples' comparison (numpy): a test process imports the
-plugin from a copy of this folder.
+Apart from `plugin.py` (pytest) and the examples' modules (numpy), the modules import
+only the standard library at the top: a test process imports the plugin from a copy of
+this folder, and `example_child.py` runs as a script of its own.
 """
