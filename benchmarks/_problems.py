@@ -52,12 +52,16 @@ class Problem:
 
 
 PROBLEMS = {
-    "lotka_volterra": Problem("Lotka–Volterra", lotka_volterra, (1.0, 1.0), 20.0,
-                              (1.5, 1.0, 3.0, 1.0)),
+    "lotka_volterra": Problem(
+        "Lotka–Volterra", lotka_volterra, (1.0, 1.0), 20.0, (1.5, 1.0, 3.0, 1.0)
+    ),
     "van_der_pol": Problem("Van der Pol (mu=1)", van_der_pol, (2.0, 0.0), 20.0, 1.0),
-    "damped": Problem("damped oscillator (c=1000)", damped_oscillator, (1.0, 0.0), 10.0,
-                      1000.0),
-    "arenstorf": Problem("Arenstorf orbit", arenstorf,
-                         (0.994, 0.0, 0.0, -2.00158510637908252240537862224),
-                         17.0652165601579625588917206249, 0.012277471),
-}  # fmt: skip
+    "damped": Problem("damped oscillator (c=1000)", damped_oscillator, (1.0, 0.0), 10.0, 1000.0),
+    "arenstorf": Problem(
+        "Arenstorf orbit",
+        arenstorf,
+        (0.994, 0.0, 0.0, -2.00158510637908252240537862224),
+        17.0652165601579625588917206249,
+        0.012277471,
+    ),
+}

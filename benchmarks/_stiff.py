@@ -24,11 +24,13 @@ ROBERTSON_W = np.array([1.0, 1e4, 1.0])  # loss weights: every component counts
 
 def robertson(t, y, k):
     """Robertson's chemical kinetics; `k` the three rate constants."""
-    return jnp.stack([
-        -k[0] * y[0] + k[2] * y[1] * y[2],
-        k[0] * y[0] - k[1] * y[1] ** 2 - k[2] * y[1] * y[2],
-        k[1] * y[1] ** 2,
-    ])  # fmt: skip
+    return jnp.stack(
+        [
+            -k[0] * y[0] + k[2] * y[1] * y[2],
+            k[0] * y[0] - k[1] * y[1] ** 2 - k[2] * y[1] * y[2],
+            k[1] * y[1] ** 2,
+        ]
+    )
 
 
 def van_der_pol(t, y, mu):
@@ -45,24 +47,29 @@ def damped(t, y, c):
 
 
 def _rober_np(y, k):
-    return np.array([
-        -k[0] * y[0] + k[2] * y[1] * y[2],
-        k[0] * y[0] - k[1] * y[1] ** 2 - k[2] * y[1] * y[2],
-        k[1] * y[1] ** 2,
-    ])  # fmt: skip
+    return np.array(
+        [
+            -k[0] * y[0] + k[2] * y[1] * y[2],
+            k[0] * y[0] - k[1] * y[1] ** 2 - k[2] * y[1] * y[2],
+            k[1] * y[1] ** 2,
+        ]
+    )
 
 
 def _rober_jac_np(y, k):
-    return np.array([
-        [-k[0], k[2] * y[2], k[2] * y[1]],
-        [k[0], -2 * k[1] * y[1] - k[2] * y[2], -k[2] * y[1]],
-        [0.0, 2 * k[1] * y[1], 0.0],
-    ])  # fmt: skip
+    return np.array(
+        [
+            [-k[0], k[2] * y[2], k[2] * y[1]],
+            [k[0], -2 * k[1] * y[1] - k[2] * y[2], -k[2] * y[1]],
+            [0.0, 2 * k[1] * y[1], 0.0],
+        ]
+    )
 
 
 def _rober_dk_np(y):
-    return np.array([[-y[0], 0.0, y[1] * y[2]], [y[0], -y[1] ** 2, -y[1] * y[2]],
-                     [0.0, y[1] ** 2, 0.0]])  # fmt: skip
+    return np.array(
+        [[-y[0], 0.0, y[1] * y[2]], [y[0], -(y[1] ** 2), -y[1] * y[2]], [0.0, y[1] ** 2, 0.0]]
+    )
 
 
 # d J[i, m] / d y[l]: constant (the field is quadratic).
@@ -94,8 +101,9 @@ def _sensitivity_jacobian(t, z):
 
 
 def _radau(field, jac, y0, t1):
-    sol = scipy.integrate.solve_ivp(field, (0.0, t1), y0, method="Radau", rtol=1e-12,
-                                    atol=1e-20, jac=jac)  # fmt: skip
+    sol = scipy.integrate.solve_ivp(
+        field, (0.0, t1), y0, method="Radau", rtol=1e-12, atol=1e-20, jac=jac
+    )
     if not sol.success:
         raise RuntimeError(f"Radau reference failed: {sol.message}")
     return sol.y[:, -1]
@@ -110,10 +118,11 @@ def robertson_reference(t1: float) -> tuple[np.ndarray, np.ndarray]:
 
 @functools.cache
 def van_der_pol_reference(mu: float, t1: float) -> np.ndarray:
-    field = lambda t, y: np.array([y[1], mu * (1 - y[0] ** 2) * y[1] - y[0]])  # noqa: E731
-    jac = lambda t, y: np.array([[0.0, 1.0], [-2 * mu * y[0] * y[1] - 1, mu * (1 - y[0] ** 2)]])  # noqa: E731
-    sol = scipy.integrate.solve_ivp(field, (0.0, t1), [2.0, 0.0], method="Radau",
-                                    rtol=1e-12, atol=1e-12, jac=jac)  # fmt: skip
+    field = lambda t, y: np.array([y[1], mu * (1 - y[0] ** 2) * y[1] - y[0]])
+    jac = lambda t, y: np.array([[0.0, 1.0], [-2 * mu * y[0] * y[1] - 1, mu * (1 - y[0] ** 2)]])
+    sol = scipy.integrate.solve_ivp(
+        field, (0.0, t1), [2.0, 0.0], method="Radau", rtol=1e-12, atol=1e-12, jac=jac
+    )
     return sol.y[:, -1]
 
 
@@ -127,9 +136,17 @@ def damped_reference(c: float, t1: float) -> np.ndarray:
 
 def make_odeckpt(vf, solver, y0, t1, rtol, atol, max_steps) -> Callable:
     def solve(args):
-        sol = oc.diffeqsolve(vf, solver, 0.0, t1, None, jnp.asarray(y0), args,
-                             stepsize_controller=oc.PIDController(rtol=rtol, atol=atol),
-                             max_steps=max_steps)  # fmt: skip
+        sol = oc.diffeqsolve(
+            vf,
+            solver,
+            0.0,
+            t1,
+            None,
+            jnp.asarray(y0),
+            args,
+            stepsize_controller=oc.PIDController(rtol=rtol, atol=atol),
+            max_steps=max_steps,
+        )
         return sol.ys[0], sol.stats["num_accepted_steps"], sol.stats["num_rejected_steps"]
 
     return solve
@@ -137,9 +154,17 @@ def make_odeckpt(vf, solver, y0, t1, rtol, atol, max_steps) -> Callable:
 
 def make_diffrax(vf, solver, y0, t1, rtol, atol, max_steps) -> Callable:
     def solve(args):
-        sol = dfx.diffeqsolve(dfx.ODETerm(vf), solver, 0.0, t1, None, jnp.asarray(y0), args,
-                              stepsize_controller=dfx.PIDController(rtol=rtol, atol=atol),
-                              max_steps=max_steps)  # fmt: skip
+        sol = dfx.diffeqsolve(
+            dfx.ODETerm(vf),
+            solver,
+            0.0,
+            t1,
+            None,
+            jnp.asarray(y0),
+            args,
+            stepsize_controller=dfx.PIDController(rtol=rtol, atol=atol),
+            max_steps=max_steps,
+        )
         return sol.ys[0], sol.stats["num_accepted_steps"], sol.stats["num_rejected_steps"]
 
     return solve

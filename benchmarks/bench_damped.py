@@ -260,8 +260,15 @@ def torch_rows(cases: list[str], timeout_seconds: float) -> tuple[dict[str, list
     problems = {
         case: {"a": CASES[case][0].tolist(), "y0": CASES[case][1].tolist()} for case in cases
     }
-    spec = {"damped": {"ts": TS.tolist(), "rtol": RTOL, "atol": ATOL, "max_steps": MAX_STEPS,
-                       "cases": problems}}  # fmt: skip
+    spec = {
+        "damped": {
+            "ts": TS.tolist(),
+            "rtol": RTOL,
+            "atol": ATOL,
+            "max_steps": MAX_STEPS,
+            "cases": problems,
+        }
+    }
     results, note = run_torch_peer(spec, timeout_seconds)
     if results is None:
         return {}, note
@@ -343,7 +350,7 @@ NONLINEAR = {
 def _nonlinear_gradient(name: str, adjoint):
     if name == "neural ODE (MLP 2-32-32-2)":
         params, static = eqx.partition(_mlp(), eqx.is_array)
-        vf = lambda t, y, p: eqx.combine(p, static)(y)  # noqa: E731
+        vf = lambda t, y, p: eqx.combine(p, static)(y)
         y0, args, t1 = jnp.array([1.0, 0.5]), params, 1.0
     else:
         vf, y0, args = NONLINEAR[name]

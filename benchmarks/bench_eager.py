@@ -34,8 +34,17 @@ def _decay_problem():
     def solve(lib, a):
         pid = lib.PIDController(rtol=1e-8, atol=1e-8)
         term = _decay if lib is oc else dfx.ODETerm(_decay)
-        sol = lib.diffeqsolve(term, lib.Tsit5(), 0.0, 3.0, 0.1, jnp.ones(1), args=a,
-                              max_steps=256, stepsize_controller=pid)  # fmt: skip
+        sol = lib.diffeqsolve(
+            term,
+            lib.Tsit5(),
+            0.0,
+            3.0,
+            0.1,
+            jnp.ones(1),
+            args=a,
+            max_steps=256,
+            stepsize_controller=pid,
+        )
         return sol.ys
 
     return "decay, 1 state", solve, jnp.asarray(0.5)
@@ -95,24 +104,37 @@ def measure(quick: bool) -> list[list[str]]:
                 fns[f"{label} eager"], fns[f"{label} jit"] = eager, jitted
             samples = interleaved_samples(fns, (p,), budget)
             median = {k: sorted(v)[len(v) // 2] for k, v in samples.items()}
-            rows.append([
-                name, mode,
-                seconds_cell(first["odeckpt"]), seconds_cell(first["diffrax"]),
-                seconds_cell(median["odeckpt eager"]), seconds_cell(median["diffrax eager"]),
-                f"{paired_ratio(samples['odeckpt eager'], samples['diffrax eager']):.2f}",
-                f"{paired_ratio(samples['odeckpt eager'], samples['odeckpt jit']):.1f}",
-                f"{paired_ratio(samples['diffrax eager'], samples['diffrax jit']):.1f}",
-            ])  # fmt: skip
+            rows.append(
+                [
+                    name,
+                    mode,
+                    seconds_cell(first["odeckpt"]),
+                    seconds_cell(first["diffrax"]),
+                    seconds_cell(median["odeckpt eager"]),
+                    seconds_cell(median["diffrax eager"]),
+                    f"{paired_ratio(samples['odeckpt eager'], samples['diffrax eager']):.2f}",
+                    f"{paired_ratio(samples['odeckpt eager'], samples['odeckpt jit']):.1f}",
+                    f"{paired_ratio(samples['diffrax eager'], samples['diffrax jit']):.1f}",
+                ]
+            )
     return rows
 
 
 def run(quick: bool) -> Section:
     table = Table(
-        ["problem", "call", "first call: odeckpt", "first call: diffrax",
-         "later calls: odeckpt", "later calls: diffrax", "odeckpt / diffrax",
-         "odeckpt eager / jit", "diffrax eager / jit"],
+        [
+            "problem",
+            "call",
+            "first call: odeckpt",
+            "first call: diffrax",
+            "later calls: odeckpt",
+            "later calls: diffrax",
+            "odeckpt / diffrax",
+            "odeckpt eager / jit",
+            "diffrax eager / jit",
+        ],
         measure(quick),
-    )  # fmt: skip
+    )
     notes = [
         "First call: wall time of the first eager call after `jax.clear_caches()` "
         "(tracing and compilation included). Later calls: medians of interleaved samples "
@@ -125,5 +147,6 @@ def run(quick: bool) -> Section:
         "field reads into the compiled loop, so a changed global is read afresh "
         "(`tests/test_reliability.py`).",
     ]
-    return Section(title="Eager calls: a solve and its gradient outside `jax.jit`",
-                   table=table, notes=notes)  # fmt: skip
+    return Section(
+        title="Eager calls: a solve and its gradient outside `jax.jit`", table=table, notes=notes
+    )

@@ -22,8 +22,7 @@ from odeckpt import schedules
 
 A = jnp.array([[-1e-3, 1e-2], [-1e-2, -1e-3]])
 Y0 = jnp.array([1.0, 0.5])
-WITHOUT_STAGE = ("Euler", "Heun", "Midpoint", "Ralston", "Ros3P", "Rodas5P", "Kvaerno3",
-                 "Kvaerno5")  # fmt: skip
+WITHOUT_STAGE = ("Euler", "Heun", "Midpoint", "Ralston", "Ros3P", "Rodas5P", "Kvaerno3", "Kvaerno5")
 FSAL = ("Bosh3", "Tsit5", "Dopri5", "Dopri8")
 QUICK_SOLVERS = ("Euler", "Heun", "Ros3P", "Kvaerno3", "Bosh3", "Tsit5")
 LONG_SOLVERS = ("Euler", "Heun", "Tsit5")  # also counted at n = 10000 (full mode)
@@ -53,8 +52,7 @@ def _count(fn, *args) -> int:
 def _loss(solver, n: int, adjoint):
     def loss(params):
         y0, a = params
-        sol = oc.diffeqsolve(_vf, solver, 0.0, float(n), 1.0, y0, a, adjoint=adjoint,
-                             max_steps=n)  # fmt: skip
+        sol = oc.diffeqsolve(_vf, solver, 0.0, float(n), 1.0, y0, a, adjoint=adjoint, max_steps=n)
         return jnp.sum(jnp.asarray(sol.ys) ** 2)
 
     return loss
@@ -86,8 +84,18 @@ def gradient_row(name: str, n: int, c: int, staged: bool) -> list[str]:
     fsal = solver.carries_first_stage
     kind = "FSAL, stage stored" if staged else ("FSAL, stage rebuilt" if fsal else "no stage")
     met = "" if fsal and not staged else (" (met)" if ratio <= 1.01 else " (**not met**)")
-    return [name, kind, str(n), str(c), f"{e:g}", f"{e_rev:g}", str(optimum), str(calls),
-            f"{ratio:.4f}{met}", f"{calls / planned:.4f}"]  # fmt: skip
+    return [
+        name,
+        kind,
+        str(n),
+        str(c),
+        f"{e:g}",
+        f"{e_rev:g}",
+        str(optimum),
+        str(calls),
+        f"{ratio:.4f}{met}",
+        f"{calls / planned:.4f}",
+    ]
 
 
 def gradient_table(quick: bool) -> Table:
@@ -104,9 +112,18 @@ def gradient_table(quick: bool) -> Table:
             for staged in (False, True) if fsal else (False,):
                 rows.append(gradient_row(name, n, c, staged))
         print(f"  evaluations: {name} took {time.perf_counter() - start:.0f} s", flush=True)
-    columns = ["solver", "first stage", "n", "c", "evals per step e", "evals per reversal",
-               "Revolve n + t(n, c)", "gradient vf evals", "evals / (e (n + t)), target <= 1.01",
-               "evals / plan"]  # fmt: skip
+    columns = [
+        "solver",
+        "first stage",
+        "n",
+        "c",
+        "evals per step e",
+        "evals per reversal",
+        "Revolve n + t(n, c)",
+        "gradient vf evals",
+        "evals / (e (n + t)), target <= 1.01",
+        "evals / plan",
+    ]
     return Table(columns, rows)
 
 
@@ -127,8 +144,11 @@ def mixed_table(n: int, budgets, tape_units) -> Table:
                 warn(f"mixed schedule above Revolve: n={n}, budget={budget}, tape={tau}")
             row.append(f"{mixed} ({mixed / n:.2f} n, {1 - mixed / revolve:.1%} fewer)")
         rows.append(row)
-    columns = ["budget (states)", "Revolve (states only)",
-               *[f"mixed, tape = {tau} states" for tau in tape_units]]  # fmt: skip
+    columns = [
+        "budget (states)",
+        "Revolve (states only)",
+        *[f"mixed, tape = {tau} states" for tau in tape_units],
+    ]
     caption = (
         f"Step evaluations of a gradient over n = {n} steps: optimal plans "
         "(`schedules.optimal_total`, `schedules.mixed_total`), memory in units of one state"

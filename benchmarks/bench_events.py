@@ -13,8 +13,8 @@ process, interleaved (ratios of samples taken back to back, so machine load canc
   fixed there) with respect to h0, under each library's default reverse mode.
 
 A solve without `event=` traces no event code in its loop (`Problem.event is None`
-skips it at trace time); `bench_events_unused.py` measures it against odeckpt from
-before events.
+skips it at trace time; `docs/events.md` gives its cost against odeckpt from before
+events, as measured when they were merged).
 """
 
 import diffrax as dfx
@@ -50,9 +50,17 @@ def _height(t, y, args, **kwargs):
 def _ours(event: bool):
     def solve(h0):
         t1, extra = (jnp.inf, {"event": oc.Event(_height)}) if event else (T_STAR, {})
-        sol = oc.diffeqsolve(_field, oc.Tsit5(), 0.0, t1, 0.01, jnp.stack([h0, 0.0 * h0]), G,
-                             stepsize_controller=oc.PIDController(rtol=RTOL, atol=ATOL),
-                             **extra)  # fmt: skip
+        sol = oc.diffeqsolve(
+            _field,
+            oc.Tsit5(),
+            0.0,
+            t1,
+            0.01,
+            jnp.stack([h0, 0.0 * h0]),
+            G,
+            stepsize_controller=oc.PIDController(rtol=RTOL, atol=ATOL),
+            **extra,
+        )
         return sol.ts[0] + sol.ys[0, 1]  # the end time and the velocity there
 
     return solve
@@ -64,10 +72,17 @@ def _theirs(event: bool):
         if event:
             root = optx.Newton(1e-8, 1e-8, optx.rms_norm)
             t1, extra = jnp.inf, {"event": dfx.Event(_height, root)}
-        sol = dfx.diffeqsolve(dfx.ODETerm(_field), dfx.Tsit5(), 0.0, t1, 0.01,
-                              jnp.stack([h0, 0.0 * h0]), G,
-                              stepsize_controller=dfx.PIDController(rtol=RTOL, atol=ATOL),
-                              **extra)  # fmt: skip
+        sol = dfx.diffeqsolve(
+            dfx.ODETerm(_field),
+            dfx.Tsit5(),
+            0.0,
+            t1,
+            0.01,
+            jnp.stack([h0, 0.0 * h0]),
+            G,
+            stepsize_controller=dfx.PIDController(rtol=RTOL, atol=ATOL),
+            **extra,
+        )
         return sol.ts[0] + sol.ys[0, 1]  # the end time and the velocity there
 
     return solve
@@ -94,14 +109,26 @@ def run(quick: bool) -> Section:
         theirs = paired_ratio(samples["diffrax event"], samples["diffrax to t*"])
         versus = paired_ratio(samples["odeckpt event"], samples["diffrax event"])
         what = "gradient of t* + v(t*)" if grad else "forward"
-        rows.append([what, seconds_cell(median["odeckpt event"]),
-                     seconds_cell(median["odeckpt to t*"]),
-                     ratio_cell(ours, 1.3) if not grad else f"{ours:.2f}",
-                     seconds_cell(median["diffrax event"]), f"{theirs:.2f}",
-                     f"{versus:.2f}"])  # fmt: skip
-    columns = ["", "odeckpt, event", "odeckpt, no event to t*", "event / no event",
-               "diffrax, event (optx.Newton)", "diffrax event / no event",
-               "odeckpt event / diffrax event"]  # fmt: skip
+        rows.append(
+            [
+                what,
+                seconds_cell(median["odeckpt event"]),
+                seconds_cell(median["odeckpt to t*"]),
+                ratio_cell(ours, 1.3) if not grad else f"{ours:.2f}",
+                seconds_cell(median["diffrax event"]),
+                f"{theirs:.2f}",
+                f"{versus:.2f}",
+            ]
+        )
+    columns = [
+        "",
+        "odeckpt, event",
+        "odeckpt, no event to t*",
+        "event / no event",
+        "diffrax, event (optx.Newton)",
+        "diffrax event / no event",
+        "odeckpt event / diffrax event",
+    ]
     notes = [
         "Medians of interleaved samples after compilation; the ratios are medians of "
         "per-round ratios, so the load of a shared machine cancels in them (absolute "

@@ -68,10 +68,18 @@ def _solve(lib, f, y0, p, setup):
     adjoint = oc.CheckpointAdjoint() if lib == "odeckpt" else dfx.RecursiveCheckpointAdjoint()
     t1, ts, rtol, atol, max_steps, dt0 = setup
     sol = m.diffeqsolve(
-        m.ODETerm(f), m.Tsit5(), 0.0, t1, dt0, y0, p, saveat=m.SaveAt(ts=ts),
-        stepsize_controller=m.PIDController(rtol=rtol, atol=atol), adjoint=adjoint,
+        m.ODETerm(f),
+        m.Tsit5(),
+        0.0,
+        t1,
+        dt0,
+        y0,
+        p,
+        saveat=m.SaveAt(ts=ts),
+        stepsize_controller=m.PIDController(rtol=rtol, atol=atol),
+        adjoint=adjoint,
         max_steps=max_steps,
-    )  # fmt: skip
+    )
     return jnp.asarray(sol.ys)
 
 
@@ -122,9 +130,19 @@ def _rows(name, f, y0, p, setup, targets, budget) -> list[list[str]]:
         seconds = statistics.median(samples[lib])
         evals, vjps = counts[lib]
         floor = evals * t_eval + vjps * t_vjp
-        rows.append([name, lib, seconds_cell(seconds), str(evals), str(vjps),
-                     seconds_cell(t_eval), seconds_cell(t_vjp), seconds_cell(floor),
-                     f"{seconds / floor:.2f}"])  # fmt: skip
+        rows.append(
+            [
+                name,
+                lib,
+                seconds_cell(seconds),
+                str(evals),
+                str(vjps),
+                seconds_cell(t_eval),
+                seconds_cell(t_vjp),
+                seconds_cell(floor),
+                f"{seconds / floor:.2f}",
+            ]
+        )
     return rows
 
 
@@ -150,8 +168,17 @@ def damped_rows(budget: float) -> list[list[str]]:
 def run(quick: bool) -> Section:
     budget = 5.0 if quick else 20.0
     rows = neural_ode_rows(budget) + damped_rows(budget)
-    columns = ["problem", "library", "gradient", "vf evals", "vf VJPs", "one eval",
-               "one VJP", "floor", "gradient / floor"]  # fmt: skip
+    columns = [
+        "problem",
+        "library",
+        "gradient",
+        "vf evals",
+        "vf VJPs",
+        "one eval",
+        "one VJP",
+        "floor",
+        "gradient / floor",
+    ]
     notes = [
         "Gradient: `jax.jit(jax.grad(loss))` with respect to the parameters, Tsit5 with "
         "`PIDController` (neural ODE: rtol 1e-3, atol 1e-6, 20 outputs; damped: rtol 1e-6, "

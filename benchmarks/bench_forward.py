@@ -46,8 +46,10 @@ SOLVERS = {
 FULL_CASES = [(p, s) for p in PROBLEMS for s in ("Tsit5", "Dopri5", "Dopri8")]
 FULL_CASES.append(("van_der_pol", "Bosh3"))
 QUICK_CASES = [(p, "Tsit5") for p in PROBLEMS] + [
-    ("van_der_pol", "Dopri5"), ("arenstorf", "Dopri8"), ("van_der_pol", "Bosh3"),
-]  # fmt: skip
+    ("van_der_pol", "Dopri5"),
+    ("arenstorf", "Dopri8"),
+    ("van_der_pol", "Bosh3"),
+]
 
 
 # ----------------------------------------------------------------------------------
@@ -60,9 +62,16 @@ def make_odeckpt(problem: Problem, solver: str) -> Callable:
 
     def solve(y0):
         sol = oc.diffeqsolve(
-            oc.ODETerm(problem.vf), SOLVERS[solver][0](), 0.0, problem.t1, DT0, y0, args,
-            stepsize_controller=controller, max_steps=MAX_STEPS,
-        )  # fmt: skip
+            oc.ODETerm(problem.vf),
+            SOLVERS[solver][0](),
+            0.0,
+            problem.t1,
+            DT0,
+            y0,
+            args,
+            stepsize_controller=controller,
+            max_steps=MAX_STEPS,
+        )
         return sol.ys, sol.stats["num_accepted_steps"], sol.stats["num_rejected_steps"]
 
     return solve
@@ -74,9 +83,16 @@ def make_diffrax(problem: Problem, solver: str) -> Callable:
 
     def solve(y0):
         sol = dfx.diffeqsolve(
-            dfx.ODETerm(problem.vf), SOLVERS[solver][1](), 0.0, problem.t1, DT0, y0, args,
-            stepsize_controller=controller, max_steps=MAX_STEPS,
-        )  # fmt: skip
+            dfx.ODETerm(problem.vf),
+            SOLVERS[solver][1](),
+            0.0,
+            problem.t1,
+            DT0,
+            y0,
+            args,
+            stepsize_controller=controller,
+            max_steps=MAX_STEPS,
+        )
         return sol.ys, sol.stats["num_accepted_steps"], sol.stats["num_rejected_steps"]
 
     return solve
@@ -95,9 +111,16 @@ def make_fixed(lib) -> Callable:
 
         def solve(y0):
             sol = m.diffeqsolve(
-                m.ODETerm(reaction_diffusion), m.Tsit5(), 0.0, FIXED_T1, FIXED_DT, y0, args,
-                stepsize_controller=m.ConstantStepSize(), max_steps=10000,
-            )  # fmt: skip
+                m.ODETerm(reaction_diffusion),
+                m.Tsit5(),
+                0.0,
+                FIXED_T1,
+                FIXED_DT,
+                y0,
+                args,
+                stepsize_controller=m.ConstantStepSize(),
+                max_steps=10000,
+            )
             return sol.ys, sol.stats["num_accepted_steps"], sol.stats["num_rejected_steps"]
 
         return solve
@@ -185,20 +208,33 @@ def _steps_cell(m: Measured, name: str) -> str:
 
 def _row(m: Measured) -> list[str]:
     return [
-        m.problem, m.solver, _steps_cell(m, "odeckpt"), _steps_cell(m, "diffrax"),
-        seconds_cell(m.seconds["odeckpt"]), seconds_cell(m.seconds["diffrax"]),
+        m.problem,
+        m.solver,
+        _steps_cell(m, "odeckpt"),
+        _steps_cell(m, "diffrax"),
+        seconds_cell(m.seconds["odeckpt"]),
+        seconds_cell(m.seconds["diffrax"]),
         ratio_cell(m.time_ratio, 1.0),
-        seconds_cell(m.compile_seconds["odeckpt"]), seconds_cell(m.compile_seconds["diffrax"]),
+        seconds_cell(m.compile_seconds["odeckpt"]),
+        seconds_cell(m.compile_seconds["diffrax"]),
         ratio_cell(m.compile_ratio, 1.0),
         f"{m.max_abs_diff:.1e}",
-    ]  # fmt: skip
+    ]
 
 
 COLUMNS = [
-    "problem", "solver", "odeckpt steps acc / rej", "diffrax steps acc / rej",
-    "odeckpt time", "diffrax time", "time ratio", "odeckpt compile", "diffrax compile",
-    "compile ratio", "max abs diff of ys",
-]  # fmt: skip
+    "problem",
+    "solver",
+    "odeckpt steps acc / rej",
+    "diffrax steps acc / rej",
+    "odeckpt time",
+    "diffrax time",
+    "time ratio",
+    "odeckpt compile",
+    "diffrax compile",
+    "compile ratio",
+    "max abs diff of ys",
+]
 
 
 def _summary(results: list[Measured]) -> str:
@@ -258,15 +294,22 @@ def run(quick: bool) -> Section:
         print(f"  forward: {results[-1].label} done", flush=True)
     problem = PROBLEMS["lotka_volterra"]
     batch = measure(
-        problem, "Tsit5", _batched_y0(problem),
-        {name: batched(make) for name, make in MAKERS.items()}, quick,
+        problem,
+        "Tsit5",
+        _batched_y0(problem),
+        {name: batched(make) for name, make in MAKERS.items()},
+        quick,
         title=f"{problem.name}, vmap over {BATCH} initial conditions",
-    )  # fmt: skip
+    )
     fixed = measure(
-        problem, "Tsit5", rd_params()[0], {name: make_fixed(name) for name in MAKERS}, quick,
+        problem,
+        "Tsit5",
+        rd_params()[0],
+        {name: make_fixed(name) for name in MAKERS},
+        quick,
         title=f"reaction-diffusion, 4096 points, ConstantStepSize(), dt0={FIXED_DT:g}, "
         f"[0, {FIXED_T1:g}]",
-    )  # fmt: skip
+    )
     print("  forward: fixed steps done", flush=True)
     notes = [
         _summary(results),

@@ -79,10 +79,18 @@ def solve(lib: str, setup: Setup, y0, args, c, vf=None):
     )
     saveat = m.SaveAt(t1=True) if setup.ts is None else m.SaveAt(ts=jnp.asarray(setup.ts))
     sol = m.diffeqsolve(
-        m.ODETerm(vf or setup.vf), m.Tsit5(), 0.0, setup.t1, setup.dt0, y0, args,
-        saveat=saveat, stepsize_controller=controller, adjoint=adjoint,
+        m.ODETerm(vf or setup.vf),
+        m.Tsit5(),
+        0.0,
+        setup.t1,
+        setup.dt0,
+        y0,
+        args,
+        saveat=saveat,
+        stepsize_controller=controller,
+        adjoint=adjoint,
         max_steps=setup.max_steps,
-    )  # fmt: skip
+    )
     return sol.ys
 
 
@@ -257,20 +265,35 @@ def _steps_cell(x: float) -> str:
 
 def counts_table(counts: list[Counts]) -> Table:
     columns = [
-        "n", "c", "Revolve optimum n + t(n, c)", "online lower bound",
-        "odeckpt vf evals (traced)", "odeckpt step evals", "matches plan",
-        "odeckpt / optimum", "odeckpt / online bound", "diffrax step evals",
+        "n",
+        "c",
+        "Revolve optimum n + t(n, c)",
+        "online lower bound",
+        "odeckpt vf evals (traced)",
+        "odeckpt step evals",
+        "matches plan",
+        "odeckpt / optimum",
+        "odeckpt / online bound",
+        "diffrax step evals",
         "diffrax / optimum",
-    ]  # fmt: skip
+    ]
     rows = []
     for k in counts:
-        rows.append([
-            str(k.n), str(k.c), str(k.optimum), str(k.lower_bound), str(k.oc_vf),
-            _steps_cell(k.oc_steps), "yes" if k.oc_matches else "**no**",
-            target_cell(k.oc_steps / k.optimum, 1.02),
-            f"{k.oc_steps / k.lower_bound:.3f}",
-            _steps_cell(k.dfx_steps), f"{k.dfx_steps / k.optimum:.2f}",
-        ])  # fmt: skip
+        rows.append(
+            [
+                str(k.n),
+                str(k.c),
+                str(k.optimum),
+                str(k.lower_bound),
+                str(k.oc_vf),
+                _steps_cell(k.oc_steps),
+                "yes" if k.oc_matches else "**no**",
+                target_cell(k.oc_steps / k.optimum, 1.02),
+                f"{k.oc_steps / k.lower_bound:.3f}",
+                _steps_cell(k.dfx_steps),
+                f"{k.dfx_steps / k.optimum:.2f}",
+            ]
+        )
     return Table(columns, rows)
 
 
@@ -286,9 +309,13 @@ def store_all_table(n: int) -> Table:
         ("odeckpt", DEFAULT, "`CheckpointAdjoint()` (default: every state fits the budget)"),
         ("odeckpt", n, f"`CheckpointAdjoint(checkpoints={n})` (= max_steps)"),
         ("diffrax", n, f"`RecursiveCheckpointAdjoint(checkpoints={n})` (= max_steps)"),
-        ("diffrax", DEFAULT, "`RecursiveCheckpointAdjoint()` (default: "
-         f"{num_checkpoints('diffrax', setup, LINEAR_Y0, DEFAULT)} checkpoints)"),
-    ]  # fmt: skip
+        (
+            "diffrax",
+            DEFAULT,
+            "`RecursiveCheckpointAdjoint()` (default: "
+            f"{num_checkpoints('diffrax', setup, LINEAR_Y0, DEFAULT)} checkpoints)",
+        ),
+    ]
     rows = []
     for lib, c, label in cases:
         grad = count_calls(make_grad(lib, setup, c, vf), params)
@@ -369,8 +396,7 @@ def compile_cases() -> list:
     node = f"neural ODE training step (MLP 2-64-64-2, vmap {NODE_BATCH})"
 
     def linear(ts: bool, max_steps: int):
-        setup = dataclasses.replace(LINEAR_2D, max_steps=max_steps,
-                                    ts=LINEAR_2D.ts if ts else None)  # fmt: skip
+        setup = dataclasses.replace(LINEAR_2D, max_steps=max_steps, ts=LINEAR_2D.ts if ts else None)
         label = f"2-D linear ODE, adaptive, SaveAt({'ts' if ts else 't1'}), max_steps {max_steps}"
         return label, lambda lib, c: make_grad(lib, setup, c), (LINEAR_2D_PARAMS,)
 
@@ -379,10 +405,17 @@ def compile_cases() -> list:
     return [
         (ts_4096[0], DEFAULT, *ts_4096[1:], 0.5),
         (node_case[0], DEFAULT, *node_case[1:], 0.5),
-        *[(label, 16, make, args, 0.7)
-          for label, make, args in (ts_4096, linear(True, 8192), linear(False, 4096),
-                                    linear(False, 8192), node_case)],
-    ]  # fmt: skip
+        *[
+            (label, 16, make, args, 0.7)
+            for label, make, args in (
+                ts_4096,
+                linear(True, 8192),
+                linear(False, 4096),
+                linear(False, 8192),
+                node_case,
+            )
+        ],
+    ]
 
 
 def compile_table(quick: bool) -> tuple[Table, list]:
@@ -401,19 +434,27 @@ def compile_table(quick: bool) -> tuple[Table, list]:
         total = {lib: sum(split[lib]) for lib in LIBS}
         r = total["odeckpt"] / total["diffrax"]
         ratios.append((f"{label}, c={c}", r))
-        rows.append([
-            label, str(c),
-            " / ".join(seconds_cell(s) for s in split["odeckpt"]),
-            " / ".join(seconds_cell(s) for s in split["diffrax"]),
-            seconds_cell(total["odeckpt"]), seconds_cell(total["diffrax"]),
-            ratio_cell(r, target),
-        ])  # fmt: skip
+        rows.append(
+            [
+                label,
+                str(c),
+                " / ".join(seconds_cell(s) for s in split["odeckpt"]),
+                " / ".join(seconds_cell(s) for s in split["diffrax"]),
+                seconds_cell(total["odeckpt"]),
+                seconds_cell(total["diffrax"]),
+                ratio_cell(r, target),
+            ]
+        )
         print(f"  gradient: compile {label} c={c} done", flush=True)
     columns = [
-        "problem", "checkpoints", "odeckpt trace / lower / compile",
-        "diffrax trace / lower / compile", "odeckpt total", "diffrax total",
+        "problem",
+        "checkpoints",
+        "odeckpt trace / lower / compile",
+        "diffrax trace / lower / compile",
+        "odeckpt total",
+        "diffrax total",
         "compile ratio",
-    ]  # fmt: skip
+    ]
     caption = (
         "Compile time of `jax.jit(jax.grad(loss))` (trace + lower + XLA compile of a fresh "
         f"function after `jax.clear_caches()`, median of {repeats})"
@@ -446,7 +487,7 @@ def _steps(setup: Setup, params) -> tuple[int, int]:
             args,
             stepsize_controller=oc.PIDController(rtol=setup.rtol, atol=setup.atol),
             max_steps=setup.max_steps,
-        )  # fmt: skip
+        )
     )(y0, args)
     return int(sol.stats["num_accepted_steps"]), int(sol.stats["num_rejected_steps"])
 
@@ -467,14 +508,23 @@ def walltime_rows(name: str, setup: Setup, params, cs, budget: float, rounds: in
         r = paired_ratio(samples["odeckpt"], samples["diffrax"])
         ratios.append((f"{name}, c={c}", r))
         used = {lib: num_checkpoints(lib, setup, params[0], c) for lib in LIBS}
-        c_cell = str(c) if c != DEFAULT else f"default (odeckpt {used['odeckpt']}, " \
-                                              f"diffrax {used['diffrax']})"  # fmt: skip
-        rows.append([
-            name, f"{accepted} / {rejected}", c_cell, seconds_cell(med["odeckpt"]),
-            seconds_cell(med["diffrax"]), ratio_cell(r, 0.7),
-            f"{_rel_diff(grads['odeckpt'][1], grads['diffrax'][1]):.1e} / "
-            f"{_rel_diff(grads['odeckpt'][0], grads['diffrax'][0]):.1e}",
-        ])  # fmt: skip
+        c_cell = (
+            str(c)
+            if c != DEFAULT
+            else f"default (odeckpt {used['odeckpt']}, diffrax {used['diffrax']})"
+        )
+        rows.append(
+            [
+                name,
+                f"{accepted} / {rejected}",
+                c_cell,
+                seconds_cell(med["odeckpt"]),
+                seconds_cell(med["diffrax"]),
+                ratio_cell(r, 0.7),
+                f"{_rel_diff(grads['odeckpt'][1], grads['diffrax'][1]):.1e} / "
+                f"{_rel_diff(grads['odeckpt'][0], grads['diffrax'][0]):.1e}",
+            ]
+        )
         print(f"  gradient: wall time {name} c={c} done", flush=True)
     return rows, ratios
 
@@ -495,12 +545,17 @@ def node_walltime_rows(cs, budget: float, rounds: int) -> list:
         samples = interleaved_samples(fns, args, budget, min_rounds=rounds)
         med = {lib: statistics.median(v) for lib, v in samples.items()}
         r = paired_ratio(samples["odeckpt"], samples["diffrax"])
-        rows.append([
-            f"neural ODE training step (MLP 2-64-64-2, vmap {NODE_BATCH}), [0, 1]", "—",
-            str(c), seconds_cell(med["odeckpt"]), seconds_cell(med["diffrax"]),
-            f"{r:.2f} (no target set)",
-            f"{_rel_diff(grads['odeckpt'], grads['diffrax']):.1e} / —",
-        ])  # fmt: skip
+        rows.append(
+            [
+                f"neural ODE training step (MLP 2-64-64-2, vmap {NODE_BATCH}), [0, 1]",
+                "—",
+                str(c),
+                seconds_cell(med["odeckpt"]),
+                seconds_cell(med["diffrax"]),
+                f"{r:.2f} (no target set)",
+                f"{_rel_diff(grads['odeckpt'], grads['diffrax']):.1e} / —",
+            ]
+        )
         print(f"  gradient: wall time neural ODE c={c} done", flush=True)
     return rows
 
@@ -509,14 +564,22 @@ def walltime_table(quick: bool) -> tuple[Table, list]:
     budget, rounds = (1.0, 5) if quick else (2.0, 7)
     damped_params = (jnp.asarray(DAMPED.y0), jnp.asarray(DAMPED.args))
     rows, ratios = walltime_rows(
-        "damped oscillator (damping 1000), [0, 10], 2-D", damped_setup(), damped_params,
-        (16, 64, DEFAULT), budget, rounds,
-    )  # fmt: skip
+        "damped oscillator (damping 1000), [0, 10], 2-D",
+        damped_setup(),
+        damped_params,
+        (16, 64, DEFAULT),
+        budget,
+        rounds,
+    )
     rd = rd_setup(quick)
     more, more_ratios = walltime_rows(
-        f"reaction-diffusion, {RD_POINTS} points, [0, {rd.t1:g}]", rd, rd_params(),
-        (16, 64, DEFAULT), budget, rounds,
-    )  # fmt: skip
+        f"reaction-diffusion, {RD_POINTS} points, [0, {rd.t1:g}]",
+        rd,
+        rd_params(),
+        (16, 64, DEFAULT),
+        budget,
+        rounds,
+    )
     node = node_walltime_rows((16, DEFAULT), budget, rounds)
     columns = [
         "problem",
@@ -596,14 +659,20 @@ def overhead_table(quick: bool, n: int = 4000) -> Table:
         for lib in LIBS:
             target = growth(per_reversal, lib, c)
             cell = ratio_cell(target, 1.5) if lib == "odeckpt" else f"{target:.2f}"
-            rows.append([
-                lib, str(c), seconds_cell(statistics.median(samples[f"{lib} fwd {c}"])),
-                seconds_cell(statistics.median(samples[f"{lib} grad {c}"])),
-                f"{advances[(lib, c)]:.0f} + {n}",
-                seconds_cell(median(per_eval, lib, c)),
-                f"{growth(per_eval, lib, c):.2f}", f"{median(mix_alone, lib, c):.2f}",
-                seconds_cell(median(per_reversal, lib, c)), cell,
-            ])  # fmt: skip
+            rows.append(
+                [
+                    lib,
+                    str(c),
+                    seconds_cell(statistics.median(samples[f"{lib} fwd {c}"])),
+                    seconds_cell(statistics.median(samples[f"{lib} grad {c}"])),
+                    f"{advances[(lib, c)]:.0f} + {n}",
+                    seconds_cell(median(per_eval, lib, c)),
+                    f"{growth(per_eval, lib, c):.2f}",
+                    f"{median(mix_alone, lib, c):.2f}",
+                    seconds_cell(median(per_reversal, lib, c)),
+                    cell,
+                ]
+            )
     columns = [
         "library",
         "checkpoints",
@@ -639,8 +708,12 @@ def tradeoff_plot(sweep: list[Counts], quick: bool) -> str:
     cs = [k.c for k in sweep]
     n = sweep[0].n
     dense_c = np.unique(np.geomspace(min(cs), max(cs), 60).astype(int))
-    ax1.plot(dense_c, [schedules.optimal_total(n, int(c)) for c in dense_c], "k--",
-             label="Revolve optimum n + t(n, c)")  # fmt: skip
+    ax1.plot(
+        dense_c,
+        [schedules.optimal_total(n, int(c)) for c in dense_c],
+        "k--",
+        label="Revolve optimum n + t(n, c)",
+    )
     ax1.plot(cs, [k.oc_steps for k in sweep], "o-", label="odeckpt")
     ax1.plot(cs, [k.dfx_steps for k in sweep], "s-", label="diffrax")
     ax1.set_xscale("log", base=2)
@@ -651,11 +724,20 @@ def tradeoff_plot(sweep: list[Counts], quick: bool) -> str:
     ax1.legend()
     for lib, marker in (("odeckpt", "o-"), ("diffrax", "s-")):
         pts = [p for p in points["points"] if p["lib"] == lib]
-        ax2.plot([p["temp_bytes"] / 2**20 for p in pts], [p["seconds"] * 1e3 for p in pts],
-                 marker, label=lib)  # fmt: skip
+        ax2.plot(
+            [p["temp_bytes"] / 2**20 for p in pts],
+            [p["seconds"] * 1e3 for p in pts],
+            marker,
+            label=lib,
+        )
         for p in pts:
-            ax2.annotate(f"c={p['c']}", (p["temp_bytes"] / 2**20, p["seconds"] * 1e3),
-                         fontsize=7, textcoords="offset points", xytext=(3, 3))  # fmt: skip
+            ax2.annotate(
+                f"c={p['c']}",
+                (p["temp_bytes"] / 2**20, p["seconds"] * 1e3),
+                fontsize=7,
+                textcoords="offset points",
+                xytext=(3, 3),
+            )
     ax2.set_xlabel("compiled temporary memory (MiB)")
     ax2.set_ylabel("gradient time (ms)")
     ax2.set_title(points["title"], fontsize=10)

@@ -39,9 +39,16 @@ def _odeckpt_solve(max_steps):
     def solve(p):
         y0, args = p
         return oc.diffeqsolve(
-            oc.ODETerm(coupled_decay), oc.Tsit5(), 0.0, T1, T1 / STEPS, y0, args=args,
-            adjoint=oc.CheckpointAdjoint(checkpoints=CHECKPOINTS), max_steps=max_steps,
-        ).ys  # fmt: skip
+            oc.ODETerm(coupled_decay),
+            oc.Tsit5(),
+            0.0,
+            T1,
+            T1 / STEPS,
+            y0,
+            args=args,
+            adjoint=oc.CheckpointAdjoint(checkpoints=CHECKPOINTS),
+            max_steps=max_steps,
+        ).ys
 
     return solve
 
@@ -50,9 +57,16 @@ def _diffrax_solve(adjoint, max_steps):
     def solve(p):
         y0, args = p
         return diffrax.diffeqsolve(
-            diffrax.ODETerm(coupled_decay), diffrax.Tsit5(), 0.0, T1, T1 / STEPS, y0,
-            args=args, adjoint=adjoint, max_steps=max_steps,
-        ).ys  # fmt: skip
+            diffrax.ODETerm(coupled_decay),
+            diffrax.Tsit5(),
+            0.0,
+            T1,
+            T1 / STEPS,
+            y0,
+            args=args,
+            adjoint=adjoint,
+            max_steps=max_steps,
+        ).ys
 
     return solve
 
@@ -67,9 +81,9 @@ LIBS = {
 
 
 def _programs(solve):
-    loss = lambda p: jnp.mean(solve(p) ** 2)  # noqa: E731
-    grad = lambda p, v: jax.grad(loss)(p)  # noqa: E731
-    hvp = lambda p, v: jax.jvp(jax.grad(loss), (p,), (v,))[1]  # noqa: E731
+    loss = lambda p: jnp.mean(solve(p) ** 2)
+    grad = lambda p, v: jax.grad(loss)(p)
+    hvp = lambda p, v: jax.jvp(jax.grad(loss), (p,), (v,))[1]
     return {"hvp": hvp, "grad": grad}
 
 
@@ -109,16 +123,27 @@ def run(quick: bool) -> Section:
                 continue
             hvp, grad = (lib, max_steps, "hvp"), (lib, max_steps, "grad")
             ratio = m["seconds"][hvp] / m["seconds"][grad]
-            rows.append([
-                lib, str(max_steps), bytes_cell(m["memory"][hvp]), seconds_cell(m["seconds"][hvp]),
-                seconds_cell(m["seconds"][grad]),
-                ratio_cell(ratio, 4.0) if lib.startswith("odeckpt") else f"{ratio:.2f}",
-            ])  # fmt: skip
+            rows.append(
+                [
+                    lib,
+                    str(max_steps),
+                    bytes_cell(m["memory"][hvp]),
+                    seconds_cell(m["seconds"][hvp]),
+                    seconds_cell(m["seconds"][grad]),
+                    ratio_cell(ratio, 4.0) if lib.startswith("odeckpt") else f"{ratio:.2f}",
+                ]
+            )
     table = Table(
-        ["solve", "max_steps", "HVP temp memory", "HVP time", "gradient time",
-         "HVP / gradient time"],
+        [
+            "solve",
+            "max_steps",
+            "HVP temp memory",
+            "HVP time",
+            "gradient time",
+            "HVP / gradient time",
+        ],
         rows,
-    )  # fmt: skip
+    )
     y_bytes = params()[0].nbytes
     notes = [
         f"Problem: y' = -a y + b (roll(y, 1) - y), y of {STATE_SIZE} float64s "

@@ -74,9 +74,14 @@ def radau_reference() -> np.ndarray:
     lap[0, 1] = lap[-1, -2] = 2.0
     matrix = D * lap / DX**2
     sol = scipy.integrate.solve_ivp(
-        lambda t, u: matrix @ u + u * (1 - u), (0.0, T1), U0, method="Radau", rtol=1e-12,
-        atol=1e-14, jac=lambda t, u: matrix + np.diag(1 - 2 * u),
-    )  # fmt: skip
+        lambda t, u: matrix @ u + u * (1 - u),
+        (0.0, T1),
+        U0,
+        method="Radau",
+        rtol=1e-12,
+        atol=1e-14,
+        jac=lambda t, u: matrix + np.diag(1 - 2 * u),
+    )
     return sol.y[:, -1]
 
 
@@ -88,9 +93,18 @@ def _solve(name: str, d, rtol):
     atol = 1e-3 * rtol
     if name == "diffrax KenCarp4":
         term = dfx.MultiTerm(dfx.ODETerm(reaction), dfx.ODETerm(diffusion))
-        sol = dfx.diffeqsolve(term, dfx.KenCarp4(), 0.0, T1, None, jnp.asarray(U0), d,
-                              stepsize_controller=dfx.PIDController(rtol=rtol, atol=atol),
-                              max_steps=DIFFRAX_MAX_STEPS, throw=False)  # fmt: skip
+        sol = dfx.diffeqsolve(
+            term,
+            dfx.KenCarp4(),
+            0.0,
+            T1,
+            None,
+            jnp.asarray(U0),
+            d,
+            stepsize_controller=dfx.PIDController(rtol=rtol, atol=atol),
+            max_steps=DIFFRAX_MAX_STEPS,
+            throw=False,
+        )
         stats = sol.stats
         return sol.ys[-1], stats["num_accepted_steps"], stats["num_rejected_steps"], sol.ts[-1]
     if name in IMEX:
@@ -98,9 +112,17 @@ def _solve(name: str, d, rtol):
         solver = IMEX[name]()
     else:
         term, solver = oc.ODETerm(unsplit), oc.Kvaerno5()
-    sol = oc.diffeqsolve(term, solver, 0.0, T1, None, jnp.asarray(U0), d,
-                         stepsize_controller=oc.PIDController(rtol=rtol, atol=atol),
-                         max_steps=4096)  # fmt: skip
+    sol = oc.diffeqsolve(
+        term,
+        solver,
+        0.0,
+        T1,
+        None,
+        jnp.asarray(U0),
+        d,
+        stepsize_controller=oc.PIDController(rtol=rtol, atol=atol),
+        max_steps=4096,
+    )
     stats = sol.stats
     return sol.ys[-1], stats["num_accepted_steps"], stats["num_rejected_steps"], sol.ts[-1]
 
@@ -122,8 +144,12 @@ def _gradient(name):
 def _outcome(fn, rtol, ref) -> dict:
     u, accepted, rejected, reached = fn(jnp.asarray(D), jnp.asarray(rtol))
     error = float(np.max(np.abs(np.asarray(u) - ref)))
-    return {"rtol": rtol, "error": error, "steps": f"{int(accepted)} + {int(rejected)} rejected",
-            "reached": float(reached)}  # fmt: skip
+    return {
+        "rtol": rtol,
+        "error": error,
+        "steps": f"{int(accepted)} + {int(rejected)} rejected",
+        "reached": float(reached),
+    }
 
 
 def _matched(compiled, ref, grid) -> dict:
@@ -176,20 +202,48 @@ def run(quick: bool) -> Section:
     for name in RUNS:
         o = outcomes[name]
         if name not in timed:
-            rows.append([name, f"{o['rtol']:g}", f"did not finish: t = {o['reached']:.2g} after "
-                         f"{DIFFRAX_MAX_STEPS} steps", o["steps"], "—", "—", "—", "—", "—",
-                         f"{compile_s[name]:.1f} s"])  # fmt: skip
+            rows.append(
+                [
+                    name,
+                    f"{o['rtol']:g}",
+                    f"did not finish: t = {o['reached']:.2g} after {DIFFRAX_MAX_STEPS} steps",
+                    o["steps"],
+                    "—",
+                    "—",
+                    "—",
+                    "—",
+                    "—",
+                    f"{compile_s[name]:.1f} s",
+                ]
+            )
             continue
         grad = float(gradient[name](d, jnp.asarray(o["rtol"])))
-        rows.append([
-            name, f"{o['rtol']:g}", f"{o['error']:.2e}", o["steps"], seconds_cell(seconds[name]),
-            f"{ratios[name]:.2f}", seconds_cell(grad_seconds[name]), f"{grad_ratios[name]:.2f}",
-            f"{grad:.6g}", f"{compile_s[name]:.1f} s",
-        ])  # fmt: skip
+        rows.append(
+            [
+                name,
+                f"{o['rtol']:g}",
+                f"{o['error']:.2e}",
+                o["steps"],
+                seconds_cell(seconds[name]),
+                f"{ratios[name]:.2f}",
+                seconds_cell(grad_seconds[name]),
+                f"{grad_ratios[name]:.2f}",
+                f"{grad:.6g}",
+                f"{compile_s[name]:.1f} s",
+            ]
+        )
     columns = [
-        "run", "rtol", "max error vs Radau", "steps", "forward", "/ Kvaerno5",
-        "gradient", "/ Kvaerno5", "d sum(u^2) / dD", "compile (forward)",
-    ]  # fmt: skip
+        "run",
+        "rtol",
+        "max error vs Radau",
+        "steps",
+        "forward",
+        "/ Kvaerno5",
+        "gradient",
+        "/ Kvaerno5",
+        "d sum(u^2) / dD",
+        "compile (forward)",
+    ]
     table = Table(columns, rows, caption="Fisher–KPP, N = 256, D = 0.1, t in [0, 1]")
     notes = [
         "At equal accuracy against SciPy's Radau (rtol 1e-12): the error of diffrax's "

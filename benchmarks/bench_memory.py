@@ -79,9 +79,11 @@ def measure(quick: bool) -> dict:
             }
         print(f"  memory: compiled c={c}", flush=True)
     samples = interleaved_samples(
-        {f"{lib} {c}": fn for (lib, c), fn in compiled.items()}, (p,),
-        budget_seconds=2.0 if quick else 4.0, min_rounds=5,
-    )  # fmt: skip
+        {f"{lib} {c}": fn for (lib, c), fn in compiled.items()},
+        (p,),
+        budget_seconds=2.0 if quick else 4.0,
+        min_rounds=5,
+    )
     seconds = {key: statistics.median(samples[f"{key[0]} {key[1]}"]) for key in compiled}
     return {"setup": s, "analysis": analysis, "seconds": seconds}
 
@@ -90,10 +92,15 @@ def tradeoff_points(quick: bool) -> dict:
     """Gradient time against compiled temporary bytes, per library and c (for the plot)."""
     m = measure(quick)
     points = [
-        {"lib": lib, "c": c, "temp_bytes": m["analysis"][(lib, c)]["temp"],
-         "seconds": m["seconds"][(lib, c)]}
-        for lib in LIBS for c in CHECKPOINTS
-    ]  # fmt: skip
+        {
+            "lib": lib,
+            "c": c,
+            "temp_bytes": m["analysis"][(lib, c)]["temp"],
+            "seconds": m["seconds"][(lib, c)],
+        }
+        for lib in LIBS
+        for c in CHECKPOINTS
+    ]
     title = (
         f"Gradient time vs memory, {STATE_SIZE} float64 state, "
         f"{m['setup'].max_steps} fixed steps, c = {', '.join(map(str, CHECKPOINTS))}"
@@ -126,29 +133,39 @@ def run(quick: bool) -> Section:
             )
         rows.append([lib, bytes_cell(round(slope)), f"{slope:.0f}", cell_y, cell_rec])
     table = Table(
-        ["library", "temp bytes per checkpoint (slope)", "bytes", "/ |y|",
-         "/ (|y| + Checkpoint scalars)"],
+        [
+            "library",
+            "temp bytes per checkpoint (slope)",
+            "bytes",
+            "/ |y|",
+            "/ (|y| + Checkpoint scalars)",
+        ],
         rows,
-    )  # fmt: skip
+    )
     detail_rows = []
     for c in CHECKPOINTS:
         row = [str(c)]
         for lib in LIBS:
             a = analysis[(lib, c)]
             row += [
-                bytes_cell(a["temp"]), bytes_cell(a["argument"]), bytes_cell(a["output"]),
-                f"{a['hlo_chars'] / 1e3:.0f} k", seconds_cell(m["seconds"][(lib, c)]),
-            ]  # fmt: skip
+                bytes_cell(a["temp"]),
+                bytes_cell(a["argument"]),
+                bytes_cell(a["output"]),
+                f"{a['hlo_chars'] / 1e3:.0f} k",
+                seconds_cell(m["seconds"][(lib, c)]),
+            ]
         detail_rows.append(row)
     columns = ["c"] + [
-        f"{lib} {what}" for lib in LIBS
+        f"{lib} {what}"
+        for lib in LIBS
         for what in ("temp", "argument", "output", "HLO text", "gradient time")
-    ]  # fmt: skip
+    ]
     detail = Table(
-        columns, detail_rows,
+        columns,
+        detail_rows,
         caption="Per checkpoint count: XLA memory analysis of the compiled gradient, size of "
         "its optimised HLO text (characters), and its median time (interleaved)",
-    )  # fmt: skip
+    )
     notes = [
         f"Problem: y' = -a y + b (roll(y, 1) - y) with y of {STATE_SIZE} float64s "
         f"(|y| = {bytes_cell(y_bytes)} = {y_bytes} bytes), Tsit5 with ConstantStepSize, "

@@ -194,14 +194,16 @@ def _vmap_table(params, static, y0, targets, quick: bool) -> Table:
     rows = []
     for name in solves:
         steps = int(outs[name][2])
-        rows.append([
-            name,
-            seconds_cell(statistics.median(samples[name])),
-            f"{paired_ratio(samples[name], samples[REFERENCE]):.3f}",
-            seconds_cell(compile_times[name]),
-            str(steps) if steps >= 0 else "—",
-            f"{_relative_difference(outs[name][1], outs[REFERENCE][1]):.1e}",
-        ])  # fmt: skip
+        rows.append(
+            [
+                name,
+                seconds_cell(statistics.median(samples[name])),
+                f"{paired_ratio(samples[name], samples[REFERENCE]):.3f}",
+                seconds_cell(compile_times[name]),
+                str(steps) if steps >= 0 else "—",
+                f"{_relative_difference(outs[name][1], outs[REFERENCE][1]):.1e}",
+            ]
+        )
     columns = [
         "adjoint",
         "time per step",
@@ -338,21 +340,32 @@ def _batched_table(params, static, y0, targets, quick: bool) -> tuple[Table, lis
             r = paired_ratio(samples[against], samples[name])
             ratio = _ratio_cell(r, f"{against}, paired")
         forward, backward = counts[name]
-        rows.append([
-            name, seconds_cell(seconds[name]), ratio, seconds_cell(compile_times[name]),
-            f"{forward} / {backward}", f"{float(outs[name][0]):.6f}",
-            f"{_relative_difference(outs[name][1], reference):.1e}",
-        ])  # fmt: skip
+        rows.append(
+            [
+                name,
+                seconds_cell(seconds[name]),
+                ratio,
+                seconds_cell(compile_times[name]),
+                f"{forward} / {backward}",
+                f"{float(outs[name][0]):.6f}",
+                f"{_relative_difference(outs[name][1], reference):.1e}",
+            ]
+        )
     for method, result in (torch or {}).get("neural_ode", {}).items():
         name = f"torchdiffeq {method} (dopri5)"
         against = PEER_OF[name]
-        rows.append([
-            name, seconds_cell(result["seconds"]),
-            _ratio_cell(seconds[against] / result["seconds"], f"{against}, medians"), "—",
-            f"{result['forward_evals']} / {result['backward_evals']}"
-            + (" (autograd)" if method == "odeint" else ""), f"{result['loss']:.6f}",
-            f"{_relative_difference(result['grads'], reference):.1e}",
-        ])  # fmt: skip
+        rows.append(
+            [
+                name,
+                seconds_cell(result["seconds"]),
+                _ratio_cell(seconds[against] / result["seconds"], f"{against}, medians"),
+                "—",
+                f"{result['forward_evals']} / {result['backward_evals']}"
+                + (" (autograd)" if method == "odeint" else ""),
+                f"{result['loss']:.6f}",
+                f"{_relative_difference(result['grads'], reference):.1e}",
+            ]
+        )
     table = Table(
         [
             "method",

@@ -59,8 +59,7 @@ class Problem:
 
 
 ROBERTSON = Problem("Robertson [0, 1e5]", robertson, ROBERTSON_Y0, 1e5, ROBERTSON_K, 1e-4, 16384)
-VDP = Problem("Van der Pol mu=1000 [0, 3000]", van_der_pol, (2.0, 0.0), 3000.0, 1000.0, 1.0,
-              65536)  # fmt: skip
+VDP = Problem("Van der Pol mu=1000 [0, 3000]", van_der_pol, (2.0, 0.0), 3000.0, 1000.0, 1.0, 65536)
 
 
 def make_solver(name: str, rtol: float, atol: float):
@@ -86,9 +85,17 @@ def solve_fn(problem: Problem, name: str, rtol: float, counter=None):
         return problem.field(t, y, args)
 
     def solve(args):
-        sol = oc.diffeqsolve(field, solver, 0.0, problem.t1, None, jnp.asarray(problem.y0),
-                             args, stepsize_controller=oc.PIDController(rtol=rtol, atol=atol),
-                             max_steps=problem.max_steps)  # fmt: skip
+        sol = oc.diffeqsolve(
+            field,
+            solver,
+            0.0,
+            problem.t1,
+            None,
+            jnp.asarray(problem.y0),
+            args,
+            stepsize_controller=oc.PIDController(rtol=rtol, atol=atol),
+            max_steps=problem.max_steps,
+        )
         return sol.ys[0], sol.stats["num_accepted_steps"], sol.stats["num_rejected_steps"]
 
     return solve
@@ -136,10 +143,16 @@ def grid_runs(problem: Problem, ref) -> list[tuple[float, int, float]]:
 
     def solve(rtol):
         sol = oc.diffeqsolve(
-            problem.field, oc.RadauIIA5(rtol=1e-13, atol=1e-17), 0.0, problem.t1, None,
-            jnp.asarray(problem.y0), jnp.asarray(problem.args), max_steps=problem.max_steps,
+            problem.field,
+            oc.RadauIIA5(rtol=1e-13, atol=1e-17),
+            0.0,
+            problem.t1,
+            None,
+            jnp.asarray(problem.y0),
+            jnp.asarray(problem.args),
+            max_steps=problem.max_steps,
             stepsize_controller=oc.PIDController(rtol=rtol, atol=problem.atol_ratio * rtol),
-        )  # fmt: skip
+        )
         return sol.ys[0], sol.stats["num_accepted_steps"] + sol.stats["num_rejected_steps"]
 
     ys, steps = jax.jit(jax.vmap(solve))(jnp.asarray(GRID))
@@ -166,9 +179,19 @@ def problem_rows(problem: Problem, ref, rtols, quick: bool):
         for name, seconds in time_solvers(problem, rtol, names, quick).items():
             runs[name].seconds = seconds
         for name, run in runs.items():
-            rows.append([problem.name, f"{rtol:.0e}", name, f"{run.accepted} / {run.rejected}",
-                         str(run.calls), ALGEBRA[name], f"{run.error:.2g}",
-                         f"{run.abs_error:.2g}", seconds_cell(run.seconds or 0.0)])  # fmt: skip
+            rows.append(
+                [
+                    problem.name,
+                    f"{rtol:.0e}",
+                    name,
+                    f"{run.accepted} / {run.rejected}",
+                    str(run.calls),
+                    ALGEBRA[name],
+                    f"{run.error:.2g}",
+                    f"{run.abs_error:.2g}",
+                    seconds_cell(run.seconds or 0.0),
+                ]
+            )
             print(f"  radau: {problem.name} {rtol:.0e} {name} {run}", flush=True)
         for peer in ("Kvaerno5", "Rodas5P"):
             found = matched(grid, runs[peer].abs_error)
@@ -176,8 +199,15 @@ def problem_rows(problem: Problem, ref, rtols, quick: bool):
             cells = ["—", "—", "—"]
             if found is not None:
                 cells = [f"{found[0]:.0e}", str(found[1]), f"{found[1] / peer_steps:.2f}"]
-            matches.append([problem.name, f"{rtol:.0e}", peer,
-                            f"{peer_steps} ({runs[peer].abs_error:.1e})", *cells])  # fmt: skip
+            matches.append(
+                [
+                    problem.name,
+                    f"{rtol:.0e}",
+                    peer,
+                    f"{peer_steps} ({runs[peer].abs_error:.1e})",
+                    *cells,
+                ]
+            )
     return rows, matches
 
 
@@ -197,8 +227,10 @@ def linear_algebra_rows(quick: bool):
                 z = z + rd.newton_increment(tab, system, h, fields, z)
             return z
 
-        fns = {"whole": jax.jit(lambda j, f: per_step(j, f, True)),
-               "split": jax.jit(lambda j, f: per_step(j, f, False))}  # fmt: skip
+        fns = {
+            "whole": jax.jit(lambda j, f: per_step(j, f, True)),
+            "split": jax.jit(lambda j, f: per_step(j, f, False)),
+        }
         samples = interleaved_samples(fns, (jac, fields), 0.5 if quick else 1.0)
         ratio = paired_ratio(samples["whole"], samples["split"])
         chosen = "whole" if 3 * n <= rd.PLAIN_UNKNOWNS else "split"
@@ -241,8 +273,10 @@ NOTES = [
 def run(quick: bool) -> Section:
     rtols = (1e-8,) if quick else (1e-8, 1e-10)
     rows, matches = [], []
-    for problem, ref in ((ROBERTSON, robertson_ref(quick)[0]),
-                         (VDP, van_der_pol_reference(1000.0, 3000.0))):  # fmt: skip
+    for problem, ref in (
+        (ROBERTSON, robertson_ref(quick)[0]),
+        (VDP, van_der_pol_reference(1000.0, 3000.0)),
+    ):
         got, found = problem_rows(problem, np.asarray(ref), rtols, quick)
         rows += got
         matches += found
@@ -289,5 +323,5 @@ def run(quick: bool) -> Section:
                 algebra,
                 "Newton linear algebra per step (factorise, 3 increments)",
             ),
-        ],  # fmt: skip
+        ],
     )

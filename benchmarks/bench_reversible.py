@@ -38,8 +38,9 @@ def adjoints(n: int) -> dict:
 
 def make_grad(adjoint, n: int):
     def loss(y0, args):
-        sol = oc.diffeqsolve(ring, oc.ReversibleHeun(), 0.0, 1.0, 1.0 / n, y0, args,
-                             adjoint=adjoint, max_steps=n)  # fmt: skip
+        sol = oc.diffeqsolve(
+            ring, oc.ReversibleHeun(), 0.0, 1.0, 1.0 / n, y0, args, adjoint=adjoint, max_steps=n
+        )
         return jnp.sum(sol.ys**2)
 
     return jax.grad(loss, (0, 1))
@@ -68,11 +69,14 @@ def run(quick: bool) -> Section:
     base = samples["CheckpointAdjoint(checkpoints=8)"]
     for name, fn in fns.items():
         got = jax.tree.leaves(fn(y0, args))
-        diff = max(float(jnp.max(jnp.abs(g - r)) / jnp.max(jnp.abs(r)))
-                   for g, r in zip(got, reference, strict=True))  # fmt: skip
+        diff = max(
+            float(jnp.max(jnp.abs(g - r)) / jnp.max(jnp.abs(r)))
+            for g, r in zip(got, reference, strict=True)
+        )
         median = sorted(samples[name])[len(samples[name]) // 2]
-        exact_rows.append([name, f"{diff:.1e}", seconds_cell(median),
-                           f"{paired_ratio(samples[name], base):.2f}"])  # fmt: skip
+        exact_rows.append(
+            [name, f"{diff:.1e}", seconds_cell(median), f"{paired_ratio(samples[name], base):.2f}"]
+        )
     return Section(
         title="Reversible solver: exact gradients in O(1) memory (ReversibleHeun)",
         table=Table(

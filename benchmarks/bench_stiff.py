@@ -52,24 +52,32 @@ from _stiff import (
 
 import odeckpt as oc
 
-OURS = {"Ros3P": oc.Ros3P(), "Rodas5P": oc.Rodas5P(), "Kvaerno3": oc.Kvaerno3(),
-        "Kvaerno5": oc.Kvaerno5()}  # fmt: skip
+OURS = {
+    "Ros3P": oc.Ros3P(),
+    "Rodas5P": oc.Rodas5P(),
+    "Kvaerno3": oc.Kvaerno3(),
+    "Kvaerno5": oc.Kvaerno5(),
+}
 ORDERS = {"Ros3P": 3, "Rodas5P": 5, "Kvaerno3": 3, "Kvaerno5": 5}
 # Reduced orders on Prothero–Robinson (h |lambda| = 220..1250), as documented.
 PR_ORDERS = {"Ros3P": 2, "Rodas5P": 3, "Kvaerno3": 2, "Kvaerno5": 2}
 NEWTON = dfx.VeryChord(rtol=1e-10, atol=1e-12)  # diffrax needs these with constant steps
-THEIRS = {"Kvaerno3": dfx.Kvaerno3(root_finder=NEWTON),
-          "Kvaerno5": dfx.Kvaerno5(root_finder=NEWTON)}  # fmt: skip
+THEIRS = {
+    "Kvaerno3": dfx.Kvaerno3(root_finder=NEWTON),
+    "Kvaerno5": dfx.Kvaerno5(root_finder=NEWTON),
+}
 
 # Robertson's reference at t1 = 1e5 (Radau rtol=1e-12, forward sensitivities), as
 # `_stiff.robertson_reference(1e5)` computes it (minutes): used in quick mode, and
 # checked against the recomputation in full mode.
 STORED_Y = np.array([1.7865921142099908e-02, 7.2747514684364314e-08, 9.8213400611039492e-01])
-STORED_DY_DK = np.array([
-    [-7.9304712811786071e-01, -5.2818033621673861e-10, 3.1690758341095782e-06],
-    [-1.4688907582348475e-06, -2.1898424104324347e-15, 5.8642768195699267e-12],
-    [7.9304859700871633e-01, 5.2818252605928119e-10, -3.1690816983868346e-06],
-])  # fmt: skip
+STORED_DY_DK = np.array(
+    [
+        [-7.9304712811786071e-01, -5.2818033621673861e-10, 3.1690758341095782e-06],
+        [-1.4688907582348475e-06, -2.1898424104324347e-15, 5.8642768195699267e-12],
+        [7.9304859700871633e-01, 5.2818252605928119e-10, -3.1690816983868346e-06],
+    ]
+)
 
 
 def robertson_ref(quick: bool):
@@ -115,8 +123,9 @@ def _fixed_step_finals(lib, solver, vf, y0, args, t1, num_steps):
     term = vf if lib == "odeckpt" else dfx.ODETerm(vf)
 
     def solve(dt0):
-        sol = module.diffeqsolve(term, solver, 0.0, t1, dt0, jnp.asarray(y0), args,
-                                 max_steps=max(num_steps) + 1)  # fmt: skip
+        sol = module.diffeqsolve(
+            term, solver, 0.0, t1, dt0, jnp.asarray(y0), args, max_steps=max(num_steps) + 1
+        )
         return sol.ys[0]
 
     return np.asarray(jax.jit(jax.vmap(solve))(t1 / jnp.asarray(num_steps, float)))
@@ -144,11 +153,19 @@ def orders_table() -> tuple[Table, dict]:
         found[name] = ours
         cells = [f"{ours['linear']:.2f}", f"{ours['pr']:.2f}"]
         peer = [f"{theirs[p]:.2f}" for p in ("linear", "pr")] if theirs else ["—", "—"]
-        rows.append([name, str(ORDERS[name]), cells[0], peer[0], str(PR_ORDERS[name]), cells[1],
-                     peer[1]])  # fmt: skip
+        rows.append(
+            [name, str(ORDERS[name]), cells[0], peer[0], str(PR_ORDERS[name]), cells[1], peer[1]]
+        )
         print(f"  stiff: orders {name} {ours}", flush=True)
-    columns = ["solver", "order", "linear: odeckpt", "linear: diffrax", "PR documented",
-               "PR 1e4: odeckpt", "PR 1e4: diffrax"]  # fmt: skip
+    columns = [
+        "solver",
+        "order",
+        "linear: odeckpt",
+        "linear: diffrax",
+        "PR documented",
+        "PR 1e4: odeckpt",
+        "PR 1e4: diffrax",
+    ]
     caption = "Fitted convergence orders (constant steps)"
     return Table(columns, rows, caption), found
 
@@ -195,16 +212,19 @@ def accuracy_rows(case: Case, ref) -> list[list[str]]:
 
 
 def accuracy_cases(quick: bool) -> list[tuple[Case, np.ndarray]]:
-    rober = Case("Robertson [0, 1e5]", robertson, ROBERTSON_Y0, 1e5, ROBERTSON_K, 1e-6, 1e-10,
-                 16384)  # fmt: skip
-    vdp = Case("Van der Pol mu=1000 [0, 3000]", van_der_pol, (2.0, 0.0), 3000.0, 1000.0, 1e-6,
-               1e-6, 65536)  # fmt: skip
+    rober = Case(
+        "Robertson [0, 1e5]", robertson, ROBERTSON_Y0, 1e5, ROBERTSON_K, 1e-6, 1e-10, 16384
+    )
+    vdp = Case(
+        "Van der Pol mu=1000 [0, 3000]", van_der_pol, (2.0, 0.0), 3000.0, 1000.0, 1e-6, 1e-6, 65536
+    )
     damp = Case("damped c=1000 [0, 10]", damped, (1.0, 0.0), 10.0, 1000.0, 1e-6, 1e-8, 16384)
     cases = [(rober, robertson_ref(quick)[0]), (damp, damped_reference(1000.0, 10.0))]
     if not quick:
         cases.insert(1, (vdp, van_der_pol_reference(1000.0, 3000.0)))
-        tight = dataclasses.replace(rober, label="Robertson [0, 1e5], rtol 1e-8", rtol=1e-8,
-                                    atol=1e-12)  # fmt: skip
+        tight = dataclasses.replace(
+            rober, label="Robertson [0, 1e5], rtol 1e-8", rtol=1e-8, atol=1e-12
+        )
         cases.insert(1, (tight, robertson_ref(quick)[0]))
     return cases
 
@@ -225,8 +245,14 @@ def gradient_rows(quick: bool) -> list[list[str]]:
             make = MAKERS[lib](robertson, solver, ROBERTSON_Y0, 1e5, rtol, atol, 16384)
             grad = jax.jit(gradient_of(make, ROBERTSON_W))(jnp.asarray(ROBERTSON_K))
             units = relative_error(grad, expected) / rtol
-            rows.append([f"{lib} {name}", f"{rtol:g}", f"{units:.2f}",
-                         "met" if units <= 10 else "**not met**"])  # fmt: skip
+            rows.append(
+                [
+                    f"{lib} {name}",
+                    f"{rtol:g}",
+                    f"{units:.2f}",
+                    "met" if units <= 10 else "**not met**",
+                ]
+            )
             print(f"  stiff: gradient {lib} {name} rtol={rtol:g}: {units:.2f} x rtol", flush=True)
     return rows
 
@@ -283,40 +309,61 @@ def time_pair(label, runs, case: Case, ref, weights, quick: bool) -> Timed:
         ratios[kind] = paired_ratio(samples[0], samples[1])
     names = (runs[0][0], runs[1][0])
     print(f"  stiff: timed {label}: {ratios}", flush=True)
-    return Timed(label, names, (runs[0][3], runs[1][3]), tuple(steps), tuple(errors), seconds,
-                 compile_, ratios)  # fmt: skip
+    return Timed(
+        label,
+        names,
+        (runs[0][3], runs[1][3]),
+        tuple(steps),
+        tuple(errors),
+        seconds,
+        compile_,
+        ratios,
+    )
 
 
 def against_diffrax(case: Case, ref, weights, quick: bool) -> Timed:
     y, _, _ = solve_case("diffrax", dfx.Kvaerno5(), case)
     rtol = loosest_matching(case, ref, relative_error(y, ref))
-    runs = [("odeckpt Rodas5P", "odeckpt", oc.Rodas5P(), rtol),
-            ("diffrax Kvaerno5", "diffrax", dfx.Kvaerno5(), case.rtol)]  # fmt: skip
+    runs = [
+        ("odeckpt Rodas5P", "odeckpt", oc.Rodas5P(), rtol),
+        ("diffrax Kvaerno5", "diffrax", dfx.Kvaerno5(), case.rtol),
+    ]
     return time_pair(case.label, runs, case, ref, weights, quick)
 
 
 def against_tsit5(case: Case, ref, quick: bool) -> Timed:
-    runs = [("odeckpt Rodas5P", "odeckpt", oc.Rodas5P(), case.rtol),
-            ("odeckpt Tsit5", "odeckpt", oc.Tsit5(), case.rtol)]  # fmt: skip
+    runs = [
+        ("odeckpt Rodas5P", "odeckpt", oc.Rodas5P(), case.rtol),
+        ("odeckpt Tsit5", "odeckpt", oc.Tsit5(), case.rtol),
+    ]
     return time_pair(case.label, runs, case, ref, jnp.ones(2), quick)
 
 
 def timing_row(t: Timed) -> list[str]:
     return [
-        t.label, f"{t.names[0]} @ {t.tols[0]:g} vs {t.names[1]} @ {t.tols[1]:g}",
+        t.label,
+        f"{t.names[0]} @ {t.tols[0]:g} vs {t.names[1]} @ {t.tols[1]:g}",
         f"{t.steps[0][0]}+{t.steps[0][1]} / {t.steps[1][0]}+{t.steps[1][1]}",
         f"{t.errors[0]:.1e} / {t.errors[1]:.1e}",
         f"{seconds_cell(t.seconds['forward'][0])} / {seconds_cell(t.seconds['forward'][1])}",
         f"{seconds_cell(t.seconds['gradient'][0])} / {seconds_cell(t.seconds['gradient'][1])}",
-        f"{t.ratio['forward']:.3f}", f"{t.ratio['gradient']:.3f}",
+        f"{t.ratio['forward']:.3f}",
+        f"{t.ratio['gradient']:.3f}",
         f"{seconds_cell(t.compile['gradient'][0])} / {seconds_cell(t.compile['gradient'][1])}",
-    ]  # fmt: skip
+    ]
 
 
 TIMING_COLUMNS = [
-    "case", "solves (rtol)", "steps acc+rej", "relative error", "forward time",
-    "gradient time", "forward ratio", "gradient ratio", "gradient compile",
-]  # fmt: skip
+    "case",
+    "solves (rtol)",
+    "steps acc+rej",
+    "relative error",
+    "forward time",
+    "gradient time",
+    "forward ratio",
+    "gradient ratio",
+    "gradient compile",
+]
 
 
 # ----------------------------------------------------------------------------------
@@ -350,13 +397,25 @@ def accuracy_targets(rows: list[list[str]]) -> list[list[str]]:
             cells = ", ".join(f"{r[1][8:]} {r[2]}" for r in mine)
             steps = {r[1][8:]: sum(int(x) for x in r[2].split(" / ")) for r in mine}
             ok = all(v < 100 for k, v in steps.items() if k != "Tsit5")
-            out.append([f"{label}: steps (acc / rej) < 100", cells, f"diffrax Kvaerno5 {peer[2]}",
-                        _status(ok)])  # fmt: skip
+            out.append(
+                [
+                    f"{label}: steps (acc / rej) < 100",
+                    cells,
+                    f"diffrax Kvaerno5 {peer[2]}",
+                    _status(ok),
+                ]
+            )
         else:
             cells = ", ".join(f"{r[1][8:]} {r[3]}" for r in mine)
             ok = float([r for r in mine if r[1].endswith("Rodas5P")][0][3]) <= 1
-            out.append([f"{label}: error / tolerance vs Radau (<= 1)", cells,
-                        f"diffrax Kvaerno5 {peer[3]}", _status(ok) + " (Rodas5P)"])  # fmt: skip
+            out.append(
+                [
+                    f"{label}: error / tolerance vs Radau (<= 1)",
+                    cells,
+                    f"diffrax Kvaerno5 {peer[3]}",
+                    _status(ok) + " (Rodas5P)",
+                ]
+            )
     return out
 
 
@@ -371,8 +430,12 @@ def gradient_target(rows: list[list[str]]) -> list[str]:
         return "; ".join(f"rtol {rtol}: {', '.join(v)}" for rtol, v in by_rtol.items())
 
     ok = all(r[3] == "met" for r in rows if r[0].startswith("odeckpt"))
-    return ["Robertson gradient d(w . y)/dk vs forward sensitivities, error / rtol (<= 10)",
-            cells("odeckpt"), "diffrax " + cells("diffrax"), _status(ok)]  # fmt: skip
+    return [
+        "Robertson gradient d(w . y)/dk vs forward sensitivities, error / rtol (<= 10)",
+        cells("odeckpt"),
+        "diffrax " + cells("diffrax"),
+        _status(ok),
+    ]
 
 
 def timing_targets(timed: list[Timed], versus_tsit5: Timed) -> list[list[str]]:
@@ -380,12 +443,23 @@ def timing_targets(timed: list[Timed], versus_tsit5: Timed) -> list[list[str]]:
     for kind in ("forward", "gradient"):
         cells = ", ".join(f"{t.label.split(' [')[0]} {t.ratio[kind]:.2f}" for t in timed)
         ok = all(t.ratio[kind] <= 0.5 for t in timed)
-        rows.append([f"Rodas5P / diffrax Kvaerno5 {kind} time, matched accuracy (<= 0.5)", cells,
-                     "see the timing table", _status(ok)])  # fmt: skip
+        rows.append(
+            [
+                f"Rodas5P / diffrax Kvaerno5 {kind} time, matched accuracy (<= 0.5)",
+                cells,
+                "see the timing table",
+                _status(ok),
+            ]
+        )
     speedup = 1 / versus_tsit5.ratio["gradient"]
-    rows.append(["Tsit5 / Rodas5P gradient time, damped c=1000 (>= 10)", f"{speedup:.1f}x",
-                 f"Tsit5 {versus_tsit5.steps[1][0]}+{versus_tsit5.steps[1][1]} steps",
-                 _status(speedup >= 10)])  # fmt: skip
+    rows.append(
+        [
+            "Tsit5 / Rodas5P gradient time, damped c=1000 (>= 10)",
+            f"{speedup:.1f}x",
+            f"Tsit5 {versus_tsit5.steps[1][0]}+{versus_tsit5.steps[1][1]} steps",
+            _status(speedup >= 10),
+        ]
+    )
     return rows
 
 
@@ -411,12 +485,15 @@ def run(quick: bool) -> Section:
     accuracy = [row for case, ref in accuracy_cases(quick) for row in accuracy_rows(case, ref)]
     gradients = gradient_rows(quick)
     y_ref = robertson_ref(quick)[0]
-    rober = Case("Robertson [0, 1e5]", robertson, ROBERTSON_Y0, 1e5, ROBERTSON_K, 1e-6, 1e-10,
-                 16384)  # fmt: skip
+    rober = Case(
+        "Robertson [0, 1e5]", robertson, ROBERTSON_Y0, 1e5, ROBERTSON_K, 1e-6, 1e-10, 16384
+    )
     damp = Case("damped c=1000 [0, 10]", damped, (1.0, 0.0), 10.0, 1000.0, 1e-6, 1e-8, 16384)
     damped_ref = damped_reference(1000.0, 10.0)
-    timed = [against_diffrax(rober, y_ref, ROBERTSON_W, quick),
-             against_diffrax(damp, damped_ref, jnp.ones(2), quick)]  # fmt: skip
+    timed = [
+        against_diffrax(rober, y_ref, ROBERTSON_W, quick),
+        against_diffrax(damp, damped_ref, jnp.ones(2), quick),
+    ]
     versus_tsit5 = against_tsit5(damp, damped_ref, quick)
     targets = order_targets(found) + accuracy_targets(accuracy)
     targets += [gradient_target(gradients)] + timing_targets(timed, versus_tsit5)
@@ -430,16 +507,16 @@ def run(quick: bool) -> Section:
                 ["problem", "solver", "steps acc / rej", "error / tol"],
                 accuracy,
                 "Accuracy and steps at rtol 1e-6",
-            ),  # fmt: skip
+            ),
             Table(
                 ["solver", "rtol", "gradient error / rtol", "<= 10"],
                 gradients,
                 "Robertson gradients against forward sensitivities",
-            ),  # fmt: skip
+            ),
             Table(
                 TIMING_COLUMNS,
                 [timing_row(t) for t in [*timed, versus_tsit5]],
                 "Time (medians after compilation; ratios of paired samples)",
-            ),  # fmt: skip
+            ),
         ],
     )

@@ -69,13 +69,18 @@ def run(quick: bool) -> Section:
         for c in CHECKPOINTS:
             r = results[t][str(c)]
             default = results[None][str(c)]["time"]["odeckpt"]
-            rows.append([
-                "1 KiB (XLA's default)" if t is None else f"{t // 1024} KiB", str(c),
-                seconds_cell(r["time"]["odeckpt"]), seconds_cell(r["time"]["diffrax"]),
-                f"{r['ratio']:.2f}", f"{default / r['time']['odeckpt']:.1f}x",
-                f"{seconds_cell(r['compile']['odeckpt'])} / "
-                f"{seconds_cell(r['compile']['diffrax'])}",
-            ])  # fmt: skip
+            rows.append(
+                [
+                    "1 KiB (XLA's default)" if t is None else f"{t // 1024} KiB",
+                    str(c),
+                    seconds_cell(r["time"]["odeckpt"]),
+                    seconds_cell(r["time"]["diffrax"]),
+                    f"{r['ratio']:.2f}",
+                    f"{default / r['time']['odeckpt']:.1f}x",
+                    f"{seconds_cell(r['compile']['odeckpt'])} / "
+                    f"{seconds_cell(r['compile']['diffrax'])}",
+                ]
+            )
     table = Table(
         [
             "small-loop threshold",

@@ -35,8 +35,11 @@ def count(index: int, lib: str) -> int | None:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0", TF_CPP_VMODULE="cpu_compiler=1")
     proc = subprocess.run(
         [sys.executable, __file__, "--one", str(index), lib],
-        env=env, capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     log = proc.stderr.split(_MARK, 1)
     if len(log) < 2:
         return None

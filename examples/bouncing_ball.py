@@ -62,8 +62,18 @@ def vector_field(t, y, c):
 def flight(t0, y0, c, dense: bool = False):
     """One flight from `(t0, y0)` until the ball reaches the ground."""
     saveat = oc.SaveAt(t1=True, dense=dense)
-    return oc.diffeqsolve(vector_field, oc.Tsit5(), t0, jnp.inf, 0.01, y0, c, saveat=saveat,
-                          stepsize_controller=CONTROLLER, event=GROUND)  # fmt: skip
+    return oc.diffeqsolve(
+        vector_field,
+        oc.Tsit5(),
+        t0,
+        jnp.inf,
+        0.01,
+        y0,
+        c,
+        saveat=saveat,
+        stepsize_controller=CONTROLLER,
+        event=GROUND,
+    )
 
 
 def impact_times(params, bounces: int):
@@ -80,7 +90,7 @@ def impact_times(params, bounces: int):
 
 def fit(observed, args: argparse.Namespace) -> list[np.ndarray]:
     """Gauss-Newton on the impact-time residuals; the parameters after each iteration."""
-    residuals = lambda p: impact_times(p, args.bounces) - observed  # noqa: E731
+    residuals = lambda p: impact_times(p, args.bounces) - observed
     step = jax.jit(lambda p: (residuals(p), jax.jacrev(residuals)(p)))
     params, history = jnp.asarray(START), [np.asarray(START)]
     for _ in range(args.iterations):

@@ -90,10 +90,18 @@ def observation_times():
 
 def simulate(params, ts, adjoint):
     sol = oc.diffeqsolve(
-        vector_field, oc.Tsit5(), 0.0, T_END, 0.05, jnp.asarray(Y0), params,
-        saveat=oc.SaveAt(ts=ts), stepsize_controller=oc.PIDController(rtol=1e-9, atol=1e-9),
-        adjoint=adjoint, max_steps=4096,
-    )  # fmt: skip
+        vector_field,
+        oc.Tsit5(),
+        0.0,
+        T_END,
+        0.05,
+        jnp.asarray(Y0),
+        params,
+        saveat=oc.SaveAt(ts=ts),
+        stepsize_controller=oc.PIDController(rtol=1e-9, atol=1e-9),
+        adjoint=adjoint,
+        max_steps=4096,
+    )
     return sol.ys
 
 

@@ -176,7 +176,7 @@ def progress_callback(meter: AbstractProgressMeter | None):
         steps = -min_in_batch(-jnp.asarray(i))
         due = jnp.asarray(True) if final else (steps % meter.refresh_steps == 0)
         fraction = min_in_batch(lax.stop_gradient(fraction))
-        callback = lambda: jax.debug.callback(host.update, fraction, final)  # noqa: E731
+        callback = lambda: jax.debug.callback(host.update, fraction, final)
         lax.cond(due, callback, lambda: None)
 
     return report

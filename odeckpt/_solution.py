@@ -77,7 +77,7 @@ class DenseInterpolation(eqx.Module):
         if derivative:
             value = jax.tree.map(lambda d: d * self.direction.astype(d.dtype),
                                  step.derivative(tau))  # fmt: skip
-            fill = lambda y: jnp.zeros_like(y)  # noqa: E731
+            fill = lambda y: jnp.zeros_like(y)
         else:
             value, fill = step.evaluate(tau), lambda y: y
         if self.y0 is not None:
@@ -297,7 +297,7 @@ def _in_time_order(parts: list[_Rows], size: int) -> list[_Rows]:
     if len(parts) == 1:
         return parts
     order = jnp.argsort(jnp.concatenate([p.order for p in parts]), stable=True)[:size]
-    take = lambda *p: jnp.concatenate(p)[order]  # noqa: E731
+    take = lambda *p: jnp.concatenate(p)[order]
     ys = jax.tree.map(take, *[p.ys for p in parts])
     return [_Rows(take(*[p.ts for p in parts]), ys, take(*[p.order for p in parts]))]
 
@@ -392,9 +392,9 @@ def _plus_time_tangent(end: _End, y, dt, needed):
 
     def first_order():  # `problem.term` runs in internal time: f = sign * f_internal
         f = problem.term.vf(end.t0 * sign, y, problem.args)
-        lead = lambda v: v.reshape((1,) * dt.ndim + v.shape)  # noqa: E731
+        lead = lambda v: v.reshape((1,) * dt.ndim + v.shape)
         return jax.tree.map(lambda v: (rows(v) * sign * lead(v)).astype(v.dtype), f)
 
     base = jax.tree.map(lambda v: jnp.broadcast_to(v, dt.shape + v.shape), y)
-    zero = lambda: jax.tree.map(jnp.zeros_like, base)  # noqa: E731
+    zero = lambda: jax.tree.map(jnp.zeros_like, base)
     return jax.tree.map(jnp.add, base, lax.cond(needed, first_order, zero))

@@ -123,11 +123,20 @@ def diffeqsolve(
     direction = known_direction(t0, t1)  # from the raw values: jnp.asarray traces under jit
     check_vector_field(term, jnp.asarray(t0, tdtype), y0, args)
     check_save_fns(subs, jnp.asarray(t0, tdtype), y0, args)
-    given = dict(terms=term, solver=solver, t0=t0, t1=t1, dt0=dt0, saveat=saveat,
-                 stepsize_controller=stepsize_controller, max_steps=max_steps)  # fmt: skip
+    given = dict(
+        terms=term,
+        solver=solver,
+        t0=t0,
+        t1=t1,
+        dt0=dt0,
+        saveat=saveat,
+        stepsize_controller=stepsize_controller,
+        max_steps=max_steps,
+    )
     real = check_event(event, adjoint, jnp.asarray(t0, tdtype), y0, args, given)
-    y0, invalid = check_values(y0, args, t0, t1, dt0, ts, stepsize_controller, throw,
-                               event=event is not None)  # fmt: skip
+    y0, invalid = check_values(
+        y0, args, t0, t1, dt0, ts, stepsize_controller, throw, event=event is not None
+    )
     span = (concrete(t0), concrete(t1))  # for error messages, when known at trace time
     expected = expected_step_count(stepsize_controller, t0, t1, dt0, tdtype)
     fixed = not any(isinstance(t, jax.core.Tracer) for t in (t0, t1))  # no time derivative
@@ -144,10 +153,13 @@ def diffeqsolve(
     request = _event_request(event, real, given, sign, tau0, y0, args)
     problem = Problem(term, args, controller, tau1, t1_floor(tau1), saves, expected, request)
     integrator = Integrator(
-        solver, max_steps=max_steps or 0, saves=tuple(_layout(sub) for sub in subs),
-        save_dense=saveat.dense, report=progress_callback(progress_meter),
+        solver,
+        max_steps=max_steps or 0,
+        saves=tuple(_layout(sub) for sub in subs),
+        save_dense=saveat.dense,
+        report=progress_callback(progress_meter),
         locates_events=event is not None,
-    )  # fmt: skip
+    )
     state0 = integrator.init(problem, tau0, y0, dt0)
     if invalid is not None:  # with `throw=False`: a bad input value stops the solve at t0
         code = jnp.where(invalid, RESULTS.invalid_input, state0.result).astype(jnp.int32)
@@ -160,9 +172,19 @@ def diffeqsolve(
     if integrator.report is not None:
         integrator.report(tau0, tau1, out.state.t, out.num_steps, final=True)
     solution = build_solution(
-        saveat=saveat, integrator=integrator, problem=problem, state0=state0, out=out,
-        t0=t0, t1=t1, sign=sign, y0=y0, dt0=dt0, fixed_times=fixed, event=event,
-    )  # fmt: skip
+        saveat=saveat,
+        integrator=integrator,
+        problem=problem,
+        state0=state0,
+        out=out,
+        t0=t0,
+        t1=t1,
+        sign=sign,
+        y0=y0,
+        dt0=dt0,
+        fixed_times=fixed,
+        event=event,
+    )
     if not throw:
         return solution
     # Thread the error onto every output (not only `ys`): a dense-only solve has no `ys`.
@@ -200,8 +222,9 @@ def _save_request(sub: SubSaveAt, sign, tau0, y0, args) -> SaveRequest:
     if sub.fn is save_y:
         return SaveRequest(ts, save_y)
     fn = sub.fn
-    return SaveRequest(ts, closure_convert(
-        lambda tau, y, args: fn(tau * sign, y, args), tau0, y0, args))  # fmt: skip
+    return SaveRequest(
+        ts, closure_convert(lambda tau, y, args: fn(tau * sign, y, args), tau0, y0, args)
+    )
 
 
 def _event_request(event: Event | None, real, given: dict, sign, tau0, y0, args):
@@ -212,9 +235,12 @@ def _event_request(event: Event | None, real, given: dict, sign, tau0, y0, args)
     conds = tuple(
         closure_convert(
             lambda tau, y, args, cond=cond: jnp.asarray(cond(tau * sign, y, args, **given)),
-            tau0, y0, args)
+            tau0,
+            y0,
+            args,
+        )
         for cond in event.conditions
-    )  # fmt: skip
+    )
     return EventRequest(conds, event.directions, real)
 
 

@@ -75,10 +75,17 @@ def _jit_solve(diffeqsolve, saveat, problem, solver, controller, term=None, dt0=
     @jax.jit
     def solve(y0):
         sol = diffeqsolve(
-            term, solver, problem.t0, problem.t1, dt0, y0, problem.args,
+            term,
+            solver,
+            problem.t0,
+            problem.t1,
+            dt0,
+            y0,
+            problem.args,
             saveat=saveat(ts=jnp.asarray(_save_times(problem))),
-            stepsize_controller=controller, max_steps=4096,
-        )  # fmt: skip
+            stepsize_controller=controller,
+            max_steps=4096,
+        )
         return sol.ys, sol.stats["num_accepted_steps"], sol.stats["num_rejected_steps"]
 
     ys, accepted, rejected = solve(jnp.asarray(problem.y0))
@@ -129,10 +136,18 @@ def test_pid_coefficients_match_diffrax(coeffs):
 def _steps(problem: ODEProblem, controller, dt0=DT0, max_steps=4096):
     """Solve saving every step; returns the solution and its accepted step sizes."""
     sol = oc.diffeqsolve(
-        problem.vector_field, oc.Tsit5(), problem.t0, problem.t1, dt0,
-        jnp.asarray(problem.y0), problem.args, saveat=oc.SaveAt(steps=True),
-        stepsize_controller=controller, max_steps=max_steps, throw=max_steps > 1,
-    )  # fmt: skip
+        problem.vector_field,
+        oc.Tsit5(),
+        problem.t0,
+        problem.t1,
+        dt0,
+        jnp.asarray(problem.y0),
+        problem.args,
+        saveat=oc.SaveAt(steps=True),
+        stepsize_controller=controller,
+        max_steps=max_steps,
+        throw=max_steps > 1,
+    )
     n = int(sol.stats["num_accepted_steps"])
     ts = np.asarray(sol.ts[:n])
     return sol, np.diff(np.concatenate([[problem.t0], ts]))
@@ -140,10 +155,16 @@ def _steps(problem: ODEProblem, controller, dt0=DT0, max_steps=4096):
 
 def _diffrax_counts(problem: ODEProblem, controller, dt0=DT0):
     sol = dfx.diffeqsolve(
-        dfx.ODETerm(problem.vector_field), dfx.Tsit5(), problem.t0, problem.t1, dt0,
-        jnp.asarray(problem.y0), problem.args, stepsize_controller=controller,
+        dfx.ODETerm(problem.vector_field),
+        dfx.Tsit5(),
+        problem.t0,
+        problem.t1,
+        dt0,
+        jnp.asarray(problem.y0),
+        problem.args,
+        stepsize_controller=controller,
         max_steps=4096,
-    )  # fmt: skip
+    )
     return int(sol.stats["num_accepted_steps"]), int(sol.stats["num_rejected_steps"])
 
 
@@ -228,10 +249,17 @@ def test_step_to_lands_exactly_on_ts():
     np.testing.assert_array_equal(np.asarray(sol.ts[:40]), ts[1:])
     assert np.all(np.isinf(np.asarray(sol.ts[40:])))
     expected = dfx.diffeqsolve(
-        dfx.ODETerm(problem.vector_field), dfx.Tsit5(), problem.t0, problem.t1, None,
-        jnp.asarray(problem.y0), problem.args, saveat=dfx.SaveAt(steps=True),
-        stepsize_controller=dfx.StepTo(ts=jnp.asarray(ts)), max_steps=4096,
-    )  # fmt: skip
+        dfx.ODETerm(problem.vector_field),
+        dfx.Tsit5(),
+        problem.t0,
+        problem.t1,
+        None,
+        jnp.asarray(problem.y0),
+        problem.args,
+        saveat=dfx.SaveAt(steps=True),
+        stepsize_controller=dfx.StepTo(ts=jnp.asarray(ts)),
+        max_steps=4096,
+    )
     np.testing.assert_allclose(sol.ys[:40], expected.ys[:40], rtol=1e-13, atol=1e-13)
 
 
@@ -239,10 +267,17 @@ def test_step_to_backwards_in_time():
     problem = DECAY
     ts = np.array([2.0, 1.7, 1.0, 0.2, 0.0])
     sol = oc.diffeqsolve(
-        problem.vector_field, oc.Tsit5(), 2.0, 0.0, None, jnp.asarray(problem.y0),
-        problem.args, saveat=oc.SaveAt(steps=True), stepsize_controller=oc.StepTo(ts=ts),
+        problem.vector_field,
+        oc.Tsit5(),
+        2.0,
+        0.0,
+        None,
+        jnp.asarray(problem.y0),
+        problem.args,
+        saveat=oc.SaveAt(steps=True),
+        stepsize_controller=oc.StepTo(ts=ts),
         max_steps=6,
-    )  # fmt: skip
+    )
     assert _counts(sol) == (4, 0)
     np.testing.assert_array_equal(np.asarray(sol.ts[:4]), ts[1:])
     expected = problem.y0 * np.exp(-problem.args * (ts[1:, None] - 2.0))

@@ -13,9 +13,18 @@ def _loss(p, norm):
     adjoint = oc.BacksolveAdjoint(
         solver=oc.Tsit5(), stepsize_controller=oc.PIDController(rtol=1e-7, atol=1e-7, norm=norm)
     )
-    sol = oc.diffeqsolve(lambda t, y, k: -k * y, oc.Tsit5(), 0.0, 1.0, None, p[0], p[1],
-                         stepsize_controller=oc.PIDController(rtol=1e-7, atol=1e-7),
-                         adjoint=adjoint, max_steps=64)  # fmt: skip
+    sol = oc.diffeqsolve(
+        lambda t, y, k: -k * y,
+        oc.Tsit5(),
+        0.0,
+        1.0,
+        None,
+        p[0],
+        p[1],
+        stepsize_controller=oc.PIDController(rtol=1e-7, atol=1e-7),
+        adjoint=adjoint,
+        max_steps=64,
+    )
     return sol.ys[-1]
 
 

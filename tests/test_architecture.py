@@ -257,9 +257,18 @@ def test_a_users_controller_needs_no_edit_in_the_core(t0, t1, adjoint):
     ts = np.linspace(t0, t1, 5)[1:-1]
 
     def loss(k, controller, adjoint, dt0):
-        sol = oc.diffeqsolve(lambda t, y, k: -k * y + jnp.sin(t), oc.Tsit5(), t0, t1, dt0,
-                             jnp.array([1.0, 2.0]), k, saveat=oc.SaveAt(ts=ts, t1=True),
-                             stepsize_controller=controller, adjoint=adjoint)  # fmt: skip
+        sol = oc.diffeqsolve(
+            lambda t, y, k: -k * y + jnp.sin(t),
+            oc.Tsit5(),
+            t0,
+            t1,
+            dt0,
+            jnp.array([1.0, 2.0]),
+            k,
+            saveat=oc.SaveAt(ts=ts, t1=True),
+            stepsize_controller=controller,
+            adjoint=adjoint,
+        )
         return jnp.sum(sol.ys**2), sol.stats["num_steps"]
 
     (value, steps), grad = jax.value_and_grad(loss, has_aux=True)(

@@ -92,7 +92,7 @@ def test_cond_keeps_unbatched_operands_unbatched():
         visit(jaxpr.jaxpr)
         return shapes
 
-    plain = lambda x, w: lax.cond(x[0] > 0, lambda: w @ x * 2, lambda: -x[:2])  # noqa: E731
+    plain = lambda x, w: lax.cond(x[0] > 0, lambda: w @ x * 2, lambda: -x[:2])
     assert (3, 2, 3) in [s[0] for s in dot_shapes(plain)]  # lax.cond: one copy per element
     assert all(s[0] == (2, 3) for s in dot_shapes(_branchy))
 
@@ -170,9 +170,17 @@ def test_interpolating_default_counts_the_whole_batch(monkeypatch):
     plans = _record_returns(monkeypatch, _continuous.InterpolatingAdjoint, "tape_plan")
 
     def loss(y0):
-        sol = oc.diffeqsolve(lambda t, y, a: -y, oc.Tsit5(), 0.0, 1.0, 0.1, y0,
-                             saveat=oc.SaveAt(ts=jnp.linspace(0.1, 1.0, 4)),
-                             adjoint=oc.InterpolatingAdjoint(), max_steps=4096)  # fmt: skip
+        sol = oc.diffeqsolve(
+            lambda t, y, a: -y,
+            oc.Tsit5(),
+            0.0,
+            1.0,
+            0.1,
+            y0,
+            saveat=oc.SaveAt(ts=jnp.linspace(0.1, 1.0, 4)),
+            adjoint=oc.InterpolatingAdjoint(),
+            max_steps=4096,
+        )
         return jnp.sum(sol.ys)
 
     g = _gradient_alone_and_in_batch(loss, 512)

@@ -31,9 +31,18 @@ def _loss(adjoint, saveat, vf=_linear, args=A, controller=None, dt0=0.05, t1=3.0
 
     def loss(y0, args):
         sol = oc.diffeqsolve(
-            vf, oc.Tsit5(), 0.0, t1, dt0, y0, args=args, saveat=saveat,
-            stepsize_controller=controller, adjoint=adjoint, max_steps=256,
-        )  # fmt: skip
+            vf,
+            oc.Tsit5(),
+            0.0,
+            t1,
+            dt0,
+            y0,
+            args=args,
+            saveat=saveat,
+            stepsize_controller=controller,
+            adjoint=adjoint,
+            max_steps=256,
+        )
         weights = jnp.arange(1, sol.ys.shape[0] + 1, dtype=sol.ys.dtype)[:, None]
         return jnp.sum(jnp.where(jnp.isfinite(sol.ys), sol.ys, 0.0) ** 2 * weights)
 
@@ -48,8 +57,14 @@ SAVEATS = {
 }
 
 
-EVERY_COUNT_FAST = {("t1", "1"), ("ts", "2"), ("ts+t1", "3"), ("steps", "5"), ("ts", "9"),
-                    ("ts+t1", "40")}  # fmt: skip
+EVERY_COUNT_FAST = {
+    ("t1", "1"),
+    ("ts", "2"),
+    ("ts+t1", "3"),
+    ("steps", "5"),
+    ("ts", "9"),
+    ("ts+t1", "40"),
+}
 """Each SaveAt mode and each count once by default; `-m slow` runs every pair."""
 
 
@@ -69,8 +84,9 @@ def test_every_checkpoint_count_gives_the_stored_gradient(save, c):
 @pytest.mark.parametrize("c", [None, 4])
 def test_gradient_matches_matrix_exponential(c):
     def exact(y0, a):
-        return sum(jnp.sum((jax.scipy.linalg.expm(a * t) @ y0) ** 2) * (i + 1)
-                   for i, t in enumerate(TS))  # fmt: skip
+        return sum(
+            jnp.sum((jax.scipy.linalg.expm(a * t) @ y0) ** 2) * (i + 1) for i, t in enumerate(TS)
+        )
 
     controller = oc.PIDController(rtol=1e-11, atol=1e-12)
     grads = _loss(oc.CheckpointAdjoint(c), SAVEATS["ts"], controller=controller)(Y0, A)
@@ -81,15 +97,27 @@ def test_gradient_matches_matrix_exponential(c):
 
 @pytest.mark.parametrize(
     "direction, c",
-    [(1.0, None), pytest.param(-1.0, None, marks=pytest.mark.slow),
-     pytest.param(1.0, 3, marks=pytest.mark.slow), (-1.0, 3)],
-)  # fmt: skip
+    [
+        (1.0, None),
+        pytest.param(-1.0, None, marks=pytest.mark.slow),
+        pytest.param(1.0, 3, marks=pytest.mark.slow),
+        (-1.0, 3),
+    ],
+)
 def test_time_gradients_match_finite_differences(direction, c):
     def loss(t0, t1, ts, k):
-        sol = oc.diffeqsolve(lambda t, y, a: -a * y + jnp.sin(t), oc.Tsit5(), t0, t1, None,
-                             jnp.array(1.0), args=k, saveat=oc.SaveAt(ts=ts, t1=True),
-                             stepsize_controller=oc.PIDController(rtol=1e-11, atol=1e-12),
-                             adjoint=oc.CheckpointAdjoint(c))  # fmt: skip
+        sol = oc.diffeqsolve(
+            lambda t, y, a: -a * y + jnp.sin(t),
+            oc.Tsit5(),
+            t0,
+            t1,
+            None,
+            jnp.array(1.0),
+            args=k,
+            saveat=oc.SaveAt(ts=ts, t1=True),
+            stepsize_controller=oc.PIDController(rtol=1e-11, atol=1e-12),
+            adjoint=oc.CheckpointAdjoint(c),
+        )
         return jnp.sum(sol.ys**2 * jnp.arange(1.0, 5.0))
 
     t0, t1 = (0.0, 2.0) if direction > 0 else (2.0, 0.0)
@@ -100,8 +128,10 @@ def test_time_gradients_match_finite_differences(direction, c):
     fd_t1 = (loss(t0, t1 + eps, ts, 0.7) - loss(t0, t1 - eps, ts, 0.7)) / (2 * eps)
     fd_k = (loss(t0, t1, ts, 0.7 + eps) - loss(t0, t1, ts, 0.7 - eps)) / (2 * eps)
     basis = jnp.eye(3)
-    fd_ts = [(loss(t0, t1, ts + eps * e, 0.7) - loss(t0, t1, ts - eps * e, 0.7)) / (2 * eps)
-             for e in basis]  # fmt: skip
+    fd_ts = [
+        (loss(t0, t1, ts + eps * e, 0.7) - loss(t0, t1, ts - eps * e, 0.7)) / (2 * eps)
+        for e in basis
+    ]
     np.testing.assert_allclose(grads[0], fd_t0, rtol=1e-5)
     np.testing.assert_allclose(grads[1], fd_t1, rtol=1e-5)
     np.testing.assert_allclose(grads[2], jnp.stack(fd_ts), rtol=1e-5)
@@ -115,11 +145,19 @@ def test_replays_without_error_control_give_the_same_gradient(direction, monkeyp
     from odeckpt._integrator import integrator as _integrate
 
     def loss(y0, k, t0, t1, ts):
-        sol = oc.diffeqsolve(lambda t, y, a: jnp.stack([y[1], -y[0] - a * y[1] + jnp.sin(t)]),
-                             oc.Tsit5(), t0, t1, 0.05 * direction, y0, args=k,
-                             saveat=oc.SaveAt(ts=ts, t1=True),
-                             stepsize_controller=oc.PIDController(rtol=1e-7, atol=1e-9),
-                             adjoint=oc.CheckpointAdjoint(3), max_steps=500)  # fmt: skip
+        sol = oc.diffeqsolve(
+            lambda t, y, a: jnp.stack([y[1], -y[0] - a * y[1] + jnp.sin(t)]),
+            oc.Tsit5(),
+            t0,
+            t1,
+            0.05 * direction,
+            y0,
+            args=k,
+            saveat=oc.SaveAt(ts=ts, t1=True),
+            stepsize_controller=oc.PIDController(rtol=1e-7, atol=1e-9),
+            adjoint=oc.CheckpointAdjoint(3),
+            max_steps=500,
+        )
         assert int(sol.stats["num_rejected_steps"]) > 0
         return jnp.sum(jnp.sin(sol.ys) * jnp.arange(1.0, 1.0 + sol.ys.size).reshape(sol.ys.shape))
 
@@ -135,16 +173,27 @@ def test_replays_without_error_control_give_the_same_gradient(direction, monkeyp
 
 @pytest.mark.parametrize(
     "direction, c",
-    [(1.0, None), pytest.param(-1.0, None, marks=pytest.mark.slow),
-     pytest.param(1.0, 2, marks=pytest.mark.slow), (-1.0, 2)],
-)  # fmt: skip
+    [
+        (1.0, None),
+        pytest.param(-1.0, None, marks=pytest.mark.slow),
+        pytest.param(1.0, 2, marks=pytest.mark.slow),
+        (-1.0, 2),
+    ],
+)
 def test_save_time_at_t0_has_the_one_sided_derivative(direction, c):
     """y(ts[i]) with ts[i] == t0 is y0, and moves like y0 + (ts[i] - t0) f(t0, y0)."""
 
     def loss(t0, ts, y0):
-        sol = oc.diffeqsolve(lambda t, y, a: -2.0 * y, oc.Tsit5(), t0, 1.0 - t0, 0.1 * direction,
-                             y0, saveat=oc.SaveAt(ts=ts),
-                             adjoint=oc.CheckpointAdjoint(c))  # fmt: skip
+        sol = oc.diffeqsolve(
+            lambda t, y, a: -2.0 * y,
+            oc.Tsit5(),
+            t0,
+            1.0 - t0,
+            0.1 * direction,
+            y0,
+            saveat=oc.SaveAt(ts=ts),
+            adjoint=oc.CheckpointAdjoint(c),
+        )
         return jnp.sum(sol.ys * jnp.array([[1.0], [3.0], [5.0]]))
 
     t0 = 0.0 if direction > 0 else 1.0
@@ -159,8 +208,15 @@ def test_save_time_at_t0_has_the_one_sided_derivative(direction, c):
     eps = 1e-7 * direction
     fd = (loss(t0, ts.at[1].add(eps), y0) - loss(t0, ts, y0)) / eps
     np.testing.assert_allclose(dts[1], fd, rtol=1e-5)
-    value = oc.diffeqsolve(lambda t, y, a: -2.0 * y, oc.Tsit5(), t0, 1.0 - t0, 0.1 * direction,
-                           y0, saveat=oc.SaveAt(ts=ts)).ys  # fmt: skip
+    value = oc.diffeqsolve(
+        lambda t, y, a: -2.0 * y,
+        oc.Tsit5(),
+        t0,
+        1.0 - t0,
+        0.1 * direction,
+        y0,
+        saveat=oc.SaveAt(ts=ts),
+    ).ys
     assert value[0, 0] == 1.0 and value[1, 0] == 1.0  # exactly y0
 
 
@@ -176,8 +232,16 @@ def test_equinox_module_parameters_get_gradients():
 
     def loss(field, c):
         controller = oc.PIDController(rtol=1e-8, atol=1e-8)
-        sol = oc.diffeqsolve(field, oc.Tsit5(), 0.0, 2.0, 0.1, Y0, adjoint=oc.CheckpointAdjoint(c),
-                             stepsize_controller=controller)  # fmt: skip
+        sol = oc.diffeqsolve(
+            field,
+            oc.Tsit5(),
+            0.0,
+            2.0,
+            0.1,
+            Y0,
+            adjoint=oc.CheckpointAdjoint(c),
+            stepsize_controller=controller,
+        )
         return jnp.sum(sol.ys)
 
     stored = eqx.filter_grad(lambda f: loss(f, None))(field)
@@ -214,12 +278,21 @@ def test_rejected_steps_never_put_nan_in_gradients():
 
     def loss(a):
         controller = oc.PIDController(rtol=1e-8, atol=1e-8)
-        sol = oc.diffeqsolve(vf, oc.Tsit5(), 0.0, 1.9, 1.0, jnp.array(0.0), args=a,
-                             stepsize_controller=controller)  # fmt: skip
+        sol = oc.diffeqsolve(
+            vf, oc.Tsit5(), 0.0, 1.9, 1.0, jnp.array(0.0), args=a, stepsize_controller=controller
+        )
         return sol.ys[0]
 
-    sol = oc.diffeqsolve(vf, oc.Tsit5(), 0.0, 1.9, 1.0, jnp.array(0.0), args=1.0,
-                         stepsize_controller=oc.PIDController(rtol=1e-8, atol=1e-8))  # fmt: skip
+    sol = oc.diffeqsolve(
+        vf,
+        oc.Tsit5(),
+        0.0,
+        1.9,
+        1.0,
+        jnp.array(0.0),
+        args=1.0,
+        stepsize_controller=oc.PIDController(rtol=1e-8, atol=1e-8),
+    )
     assert int(sol.stats["num_rejected_steps"]) > 0
     g = jax.grad(loss)(1.0)
     assert np.isfinite(g)
@@ -286,8 +359,9 @@ def _state0(y0):
 
     n = jnp.asarray(10, jnp.int32)  # dt0 = 0.1
     steps = UniformSteps(jnp.asarray(0.0), jnp.asarray(1.0), n)
-    problem = Problem(oc.ODETerm(lambda t, y, a: -y), None, steps,
-                      jnp.asarray(1.0), jnp.asarray(1.0), ())  # fmt: skip
+    problem = Problem(
+        oc.ODETerm(lambda t, y, a: -y), None, steps, jnp.asarray(1.0), jnp.asarray(1.0), ()
+    )
     return Integrator(oc.Tsit5(), max_steps=4096, saves=(), save_dense=False).init(
         problem, jnp.asarray(0.0), y0, jnp.asarray(0.1)
     )
@@ -309,11 +383,13 @@ def _counting_field():
 
 @pytest.mark.parametrize(
     "n_c, schedule",
-    sampled_matrix({(nc, s) for nc in ("10_3", "37_4") for s in ("table", "traced", "known")}
-                   | {("200_90", "traced")},
-                   n_c=["10_3", "37_4", "60_2", "7_1", "25_25", "200_90"],
-                   schedule=["table", "traced", "known"]),
-)  # fmt: skip
+    sampled_matrix(
+        {(nc, s) for nc in ("10_3", "37_4") for s in ("table", "traced", "known")}
+        | {("200_90", "traced")},
+        n_c=["10_3", "37_4", "60_2", "7_1", "25_25", "200_90"],
+        schedule=["table", "traced", "known"],
+    ),
+)
 def test_evaluations_match_the_plan(n_c, schedule, monkeypatch):
     """The traced loop performs exactly the plan of `odeckpt.schedules`: 1 evaluation
     at the start, 6 per Tsit5 step evaluation (forward, advance or taped) and 1 per
@@ -329,8 +405,17 @@ def test_evaluations_match_the_plan(n_c, schedule, monkeypatch):
 
     def loss(a, t1):
         t1 = 1.0 if schedule == "known" else t1
-        sol = oc.diffeqsolve(vf, oc.Tsit5(), 0.0, t1, 1.0 / n, jnp.ones(2), args=a,
-                             max_steps=n + 3, adjoint=oc.CheckpointAdjoint(c))  # fmt: skip
+        sol = oc.diffeqsolve(
+            vf,
+            oc.Tsit5(),
+            0.0,
+            t1,
+            1.0 / n,
+            jnp.ones(2),
+            args=a,
+            max_steps=n + 3,
+            adjoint=oc.CheckpointAdjoint(c),
+        )
         return sol.ys.sum()
 
     grad = jax.jit(jax.grad(loss))
@@ -349,9 +434,12 @@ def _planned_evaluations(n, c, schedule):
 
 @pytest.mark.parametrize(
     "schedule, w",
-    sampled_matrix({("table", "2"), ("traced", "5")},
-                   schedule=["table", "traced", "known", "all"], w=["2", "5"]),
-)  # fmt: skip
+    sampled_matrix(
+        {("table", "2"), ("traced", "5")},
+        schedule=["table", "traced", "known", "all"],
+        w=["2", "5"],
+    ),
+)
 def test_small_windows_keep_the_plan_and_the_gradient(schedule, w, monkeypatch):
     w = int(w)
     """Large states get windows of fewer steps (`window.window_size`); the evaluations
@@ -365,9 +453,18 @@ def test_small_windows_keep_the_plan_and_the_gradient(schedule, w, monkeypatch):
 
     def loss(a, t1):
         t1 = 1.0 if schedule == "known" else t1
-        sol = oc.diffeqsolve(vf, oc.Tsit5(), 0.0, t1, 1.0 / n, jnp.ones(2), args=a,
-                             saveat=oc.SaveAt(ts=jnp.linspace(0.05, 0.95, 9)),
-                             max_steps=n + 3, adjoint=oc.CheckpointAdjoint(c))  # fmt: skip
+        sol = oc.diffeqsolve(
+            vf,
+            oc.Tsit5(),
+            0.0,
+            t1,
+            1.0 / n,
+            jnp.ones(2),
+            args=a,
+            saveat=oc.SaveAt(ts=jnp.linspace(0.05, 0.95, 9)),
+            max_steps=n + 3,
+            adjoint=oc.CheckpointAdjoint(c),
+        )
         return jnp.sum(sol.ys**2)
 
     reference = jax.jit(jax.grad(loss, argnums=(0, 1)))(0.5, 1.0)
@@ -392,16 +489,25 @@ def test_windows_where_every_step_pushes_keep_the_plan_and_the_gradient(w, monke
     vf, calls = _counting_field()
 
     def loss(a, t1, adjoint):
-        sol = oc.diffeqsolve(vf, oc.Tsit5(), 0.0, t1, 1.0 / n, jnp.ones(2), args=a,
-                             saveat=oc.SaveAt(ts=jnp.linspace(0.05, 0.95, 9)),
-                             max_steps=n + 3, adjoint=adjoint)  # fmt: skip
+        sol = oc.diffeqsolve(
+            vf,
+            oc.Tsit5(),
+            0.0,
+            t1,
+            1.0 / n,
+            jnp.ones(2),
+            args=a,
+            saveat=oc.SaveAt(ts=jnp.linspace(0.05, 0.95, 9)),
+            max_steps=n + 3,
+            adjoint=adjoint,
+        )
         return jnp.sum(sol.ys**2)
 
-    stored = jax.jit(jax.grad(ft.partial(loss, adjoint=oc.CheckpointAdjoint()),
-                              argnums=(0, 1)))(0.5, 1.0)  # fmt: skip
+    stored = jax.jit(jax.grad(ft.partial(loss, adjoint=oc.CheckpointAdjoint()), argnums=(0, 1)))(
+        0.5, 1.0
+    )
     monkeypatch.setattr(_checkpointed, "window_size", lambda *_: int(w))
-    grad = jax.jit(jax.grad(ft.partial(loss, adjoint=oc.CheckpointAdjoint(c)),
-                            argnums=(0, 1)))  # fmt: skip
+    grad = jax.jit(jax.grad(ft.partial(loss, adjoint=oc.CheckpointAdjoint(c)), argnums=(0, 1)))
     jax.block_until_ready(grad(0.5, 1.0))
     calls.clear()
     got = jax.block_until_ready(grad(0.5, 1.0))
@@ -412,8 +518,7 @@ def test_windows_where_every_step_pushes_keep_the_plan_and_the_gradient(w, monke
 def test_window_size_bounds_the_window_memory():
     from odeckpt._checkpointing import LoopBody, window as _window
 
-    body = LoopBody(*(lambda *a: None,) * 4, compress=lambda s: s,
-                           restore=None, emitters=())  # fmt: skip
+    body = LoopBody(*(lambda *a: None,) * 4, compress=lambda s: s, restore=None, emitters=())
     assert _window.window_size(body, None, jnp.zeros(2)) == _window.WINDOW_STEPS
     assert _window.window_size(body, None, jnp.zeros(10_000)) == 2
     w = _window.window_size(body, None, jnp.zeros(1000, jnp.float32))
@@ -432,10 +537,14 @@ def _attempts(times):
 
 @pytest.mark.parametrize(
     ("c", "w"),
-    [(None, None), pytest.param(4, None, marks=pytest.mark.slow),
-     pytest.param(9, None, marks=pytest.mark.slow), (4, 3),
-     pytest.param(9, 5, marks=pytest.mark.slow)],
-)  # fmt: skip
+    [
+        (None, None),
+        pytest.param(4, None, marks=pytest.mark.slow),
+        pytest.param(9, None, marks=pytest.mark.slow),
+        (4, 3),
+        pytest.param(9, 5, marks=pytest.mark.slow),
+    ],
+)
 def test_rejected_steps_cost_no_backward_evaluations(c, w, monkeypatch):
     """The backward pass re-evaluates accepted steps only: 6 evaluations for each
     accepted step the plan advances or reverses, none for a rejected one, 1 per restore;
@@ -453,9 +562,18 @@ def test_rejected_steps_cost_no_backward_evaluations(c, w, monkeypatch):
         return jnp.stack([y[1], -y[0] - a * y[1]])
 
     def loss(a, c):
-        sol = oc.diffeqsolve(vf, oc.Tsit5(), 0.0, 3.0, 0.05, jnp.array([1.0, 0.0]), a,
-                             stepsize_controller=oc.PIDController(rtol=1e-6, atol=1e-8),
-                             max_steps=200, adjoint=oc.CheckpointAdjoint(c))  # fmt: skip
+        sol = oc.diffeqsolve(
+            vf,
+            oc.Tsit5(),
+            0.0,
+            3.0,
+            0.05,
+            jnp.array([1.0, 0.0]),
+            a,
+            stepsize_controller=oc.PIDController(rtol=1e-6, atol=1e-8),
+            max_steps=200,
+            adjoint=oc.CheckpointAdjoint(c),
+        )
         return sol.ys.sum()
 
     def run(fn):
@@ -477,8 +595,9 @@ def test_rejected_steps_cost_no_backward_evaluations(c, w, monkeypatch):
         ends = [isinstance(a, schedules.Advance) and a.stop == n for a in plan]
         end = ends.index(True)  # the forward pass's last step
         backward = plan[end + 1 :]
-        advanced = [i for a in backward if isinstance(a, schedules.Advance)
-                    for i in range(a.start, a.stop)]  # fmt: skip
+        advanced = [
+            i for a in backward if isinstance(a, schedules.Advance) for i in range(a.start, a.stop)
+        ]
         reversed_ = [a.step for a in backward if isinstance(a, schedules.Reverse)]
         restores = sum(isinstance(a, schedules.Restore) for a in backward)
         skipped = w is not None  # small states' advances evaluate rejected steps too
@@ -493,8 +612,7 @@ def test_storing_every_step_costs_twice_the_forward_evaluations():
     vf, calls = _counting_field()
 
     def loss(a):
-        sol = oc.diffeqsolve(vf, oc.Tsit5(), 0.0, 1.0, 0.01, jnp.ones(2), args=a,
-                             max_steps=128)  # fmt: skip
+        sol = oc.diffeqsolve(vf, oc.Tsit5(), 0.0, 1.0, 0.01, jnp.ones(2), args=a, max_steps=128)
         return sol.ys.sum()
 
     jax.block_until_ready(jax.jit(loss)(0.5))
@@ -514,8 +632,16 @@ def test_checkpoint_memory_is_one_state_per_checkpoint():
 
     def temp_bytes(c):
         def loss(y0):
-            sol = oc.diffeqsolve(lambda t, y, a: -y, oc.Tsit5(), 0.0, 1.0, 0.01, y0,
-                                 max_steps=512, adjoint=oc.CheckpointAdjoint(c))  # fmt: skip
+            sol = oc.diffeqsolve(
+                lambda t, y, a: -y,
+                oc.Tsit5(),
+                0.0,
+                1.0,
+                0.01,
+                y0,
+                max_steps=512,
+                adjoint=oc.CheckpointAdjoint(c),
+            )
             return sol.ys.sum()
 
         compiled = jax.jit(jax.grad(loss)).lower(y0).compile()
@@ -531,9 +657,16 @@ def test_checkpoint_memory_is_one_state_per_checkpoint():
 
 @pytest.mark.parametrize(
     ("t0", "t1", "dt0", "expected"),
-    [(0.0, 1.0, 0.1, 10), (0.0, 1.0, 0.3, 4), (1.0, 0.0, -0.25, 4), (0.0, 1000.0, 1.0, 1000),
-     (-2.0, 5.0, 1 / 3, 21), (0.0, 1.0, 1e-4, 10000), (1.0, 2.0, 1e-4, 10000)],
-)  # fmt: skip
+    [
+        (0.0, 1.0, 0.1, 10),
+        (0.0, 1.0, 0.3, 4),
+        (1.0, 0.0, -0.25, 4),
+        (0.0, 1000.0, 1.0, 1000),
+        (-2.0, 5.0, 1 / 3, 21),
+        (0.0, 1.0, 1e-4, 10000),
+        (1.0, 2.0, 1e-4, 10000),
+    ],
+)
 def test_fixed_step_counts_are_known_before_the_solve(t0, t1, dt0, expected):
     """The step count predicted at trace time equals the count the solve takes."""
     from odeckpt._controllers import expected_step_count as _expected_steps
@@ -551,19 +684,30 @@ def test_fixed_step_counts_are_known_before_the_solve(t0, t1, dt0, expected):
 
 @pytest.mark.parametrize(
     ("direction", "c"),
-    [(1.0, None), pytest.param(-1.0, None, marks=pytest.mark.slow),
-     pytest.param(1.0, 3, marks=pytest.mark.slow), (-1.0, 3)],
-)  # fmt: skip
+    [
+        (1.0, None),
+        pytest.param(-1.0, None, marks=pytest.mark.slow),
+        pytest.param(1.0, 3, marks=pytest.mark.slow),
+        (-1.0, 3),
+    ],
+)
 def test_fixed_step_time_gradients_move_the_whole_grid(direction, c):
     """`ConstantStepSize` ends step k at t0 + (t1 - t0) k / n: every step time moves
     with t0 and t1, so do outputs at the steps, and the gradient is that of the solve
     finite differences see (t1 - t0 = 1.05 is not a multiple of dt0 = 0.1: n = 11)."""
 
     def loss(t0, t1):
-        sol = oc.diffeqsolve(lambda t, y, a: jnp.stack([y[1], -4.0 * y[0] + jnp.sin(t)]),
-                             oc.Tsit5(), t0, t1, 0.1 * direction, jnp.array([1.0, 0.0]),
-                             saveat=oc.SaveAt(steps=True), max_steps=16,
-                             adjoint=oc.CheckpointAdjoint(c))  # fmt: skip
+        sol = oc.diffeqsolve(
+            lambda t, y, a: jnp.stack([y[1], -4.0 * y[0] + jnp.sin(t)]),
+            oc.Tsit5(),
+            t0,
+            t1,
+            0.1 * direction,
+            jnp.array([1.0, 0.0]),
+            saveat=oc.SaveAt(steps=True),
+            max_steps=16,
+            adjoint=oc.CheckpointAdjoint(c),
+        )
         rows = jnp.isfinite(sol.ts)
         weights = jnp.arange(1.0, 17.0)[:, None]
         return jnp.sum(jnp.where(rows[:, None], jnp.sin(sol.ys) * weights, 0.0)) + jnp.sum(
@@ -573,21 +717,25 @@ def test_fixed_step_time_gradients_move_the_whole_grid(direction, c):
     t0, t1 = (0.0, 1.05) if direction > 0 else (1.05, 0.0)
     grads = jax.grad(loss, argnums=(0, 1))(t0, t1)
     eps = 1e-6
-    fd = [(loss(t0 + eps, t1) - loss(t0 - eps, t1)) / (2 * eps),
-          (loss(t0, t1 + eps) - loss(t0, t1 - eps)) / (2 * eps)]  # fmt: skip
+    fd = [
+        (loss(t0 + eps, t1) - loss(t0 - eps, t1)) / (2 * eps),
+        (loss(t0, t1 + eps) - loss(t0, t1 - eps)) / (2 * eps),
+    ]
     np.testing.assert_allclose(grads, fd, rtol=1e-6)
 
 
 def test_fixed_steps_are_equal_and_do_not_merge_far_from_zero():
     """dt0 = 0.3 on [0, 1]: four steps of 0.25. In float32 near t = 1e6 (times resolved
     to 0.0625) the steps stay steps: none is stretched across the 100 ulp below t1."""
-    sol = oc.diffeqsolve(lambda t, y, a: -y, oc.Tsit5(), 0.0, 1.0, 0.3, Y0,
-                         saveat=oc.SaveAt(steps=True), max_steps=6)  # fmt: skip
+    sol = oc.diffeqsolve(
+        lambda t, y, a: -y, oc.Tsit5(), 0.0, 1.0, 0.3, Y0, saveat=oc.SaveAt(steps=True), max_steps=6
+    )
     np.testing.assert_array_equal(sol.ts[:4], [0.25, 0.5, 0.75, 1.0])
     y0 = jnp.asarray([1.0, 0.0], jnp.float32)
     t0 = jnp.asarray(1e6, jnp.float32)  # float32 times: t0, t1 and dt0 are float32 or weak
-    sol = oc.diffeqsolve(lambda t, y, a: jnp.stack([y[1], -y[0]]), oc.Tsit5(), t0,
-                         t0 + 5.0, 0.1, y0, max_steps=100)  # fmt: skip
+    sol = oc.diffeqsolve(
+        lambda t, y, a: jnp.stack([y[1], -y[0]]), oc.Tsit5(), t0, t0 + 5.0, 0.1, y0, max_steps=100
+    )
     assert sol.ts.dtype == jnp.float32 and int(sol.stats["num_steps"]) == 50
     np.testing.assert_allclose(sol.ys[-1], [np.cos(5.0), -np.sin(5.0)], atol=1e-5)
 
@@ -612,9 +760,8 @@ def test_checkpoint_scalars_pack_into_short_vectors_and_back():
     assert all(v.nbytes <= VECTOR_BYTES for v in packed.vectors)
     # float64: 3 scalars in 2 vectors; float32: 2 in 1; bool: 1; int32: 6 in 2
     assert sorted((str(v.dtype), v.size) for v in packed.vectors) == sorted(
-        [("float64", 2), ("float64", 1), ("float32", 2), ("bool", 1), ("int32", 4),
-         ("int32", 2)]
-    )  # fmt: skip
+        [("float64", 2), ("float64", 1), ("float32", 2), ("bool", 1), ("int32", 4), ("int32", 2)]
+    )
     assert len(packed.loose) == 2
     back = unpack(packed)
     assert jax.tree.structure(back) == jax.tree.structure(tree)

@@ -43,18 +43,37 @@ def _closed(y0, k, doses, jumps, t0=0.0, t1=T_END):
     return y
 
 
-def _solve(y0, k, doses, jumps=JUMPS, *, inner=None, adjoint=None, backwards=False,
-           dt0=None, solver=None, saveat=None, max_steps=256):  # fmt: skip
+def _solve(
+    y0,
+    k,
+    doses,
+    jumps=JUMPS,
+    *,
+    inner=None,
+    adjoint=None,
+    backwards=False,
+    dt0=None,
+    solver=None,
+    saveat=None,
+    max_steps=256,
+):
     inner = oc.PIDController(rtol=1e-10, atol=1e-10) if inner is None else inner
     controller = oc.ClipStepSizeController(inner, jump_ts=jnp.stack(jumps))
     t0, t1 = (T_END, 0.0) if backwards else (0.0, T_END)
     dt0 = None if dt0 is None else (-dt0 if backwards else dt0)
     return oc.diffeqsolve(
-        _field, oc.Tsit5() if solver is None else solver, t0, t1, dt0, y0,
-        (k, doses, jumps), stepsize_controller=controller,
+        _field,
+        oc.Tsit5() if solver is None else solver,
+        t0,
+        t1,
+        dt0,
+        y0,
+        (k, doses, jumps),
+        stepsize_controller=controller,
         adjoint=oc.CheckpointAdjoint() if adjoint is None else adjoint,
-        saveat=oc.SaveAt(t1=True) if saveat is None else saveat, max_steps=max_steps,
-    )  # fmt: skip
+        saveat=oc.SaveAt(t1=True) if saveat is None else saveat,
+        max_steps=max_steps,
+    )
 
 
 def _params(dtype=jnp.float64):
@@ -63,7 +82,7 @@ def _params(dtype=jnp.float64):
 
 def _reference(backwards):
     t0, t1 = (T_END, 0.0) if backwards else (0.0, T_END)
-    loss = lambda p: _closed(*p, JUMPS, t0, t1)  # noqa: E731
+    loss = lambda p: _closed(*p, JUMPS, t0, t1)
     return jax.value_and_grad(loss)(_params())
 
 
@@ -85,8 +104,7 @@ def _check_value_and_grad(adjoint, inner, backwards, tol):
     controller, dt0 = INNER[inner]
 
     def loss(p):
-        sol = _solve(*p, inner=controller, adjoint=ADJOINTS[adjoint], backwards=backwards,
-                     dt0=dt0)  # fmt: skip
+        sol = _solve(*p, inner=controller, adjoint=ADJOINTS[adjoint], backwards=backwards, dt0=dt0)
         return sol.ys[0]
 
     value, grads = jax.value_and_grad(loss)(_params())
@@ -109,7 +127,7 @@ def test_dosing_gradients_every_adjoint(adjoint):
 @pytest.mark.parametrize(
     ("adjoint", "inner", "backwards"),
     [("checkpoint-3", "constant", True), ("backsolve", "pid", True)],
-)  # fmt: skip
+)
 def test_dosing_gradients_constant_and_backwards(adjoint, inner, backwards):
     """Constant steps wrapped in the clip, and solves backwards in time (jump times
     given in the user's time)."""
@@ -173,9 +191,13 @@ def test_gradient_with_respect_to_the_jump_time(adjoint):
 
 @pytest.mark.parametrize(
     ("adjoint", "backwards"),
-    [("checkpoint", False), pytest.param("checkpoint-3", True, marks=pytest.mark.slow),
-     pytest.param("direct", False, marks=pytest.mark.slow), ("forward", True)],
-)  # fmt: skip
+    [
+        ("checkpoint", False),
+        pytest.param("checkpoint-3", True, marks=pytest.mark.slow),
+        pytest.param("direct", False, marks=pytest.mark.slow),
+        ("forward", True),
+    ],
+)
 def test_gradient_with_respect_to_a_discontinuity_in_step_ts(adjoint, backwards):
     """The dose time given as `step_ts` (not `jump_ts`): steps land on it, and the
     landing step's last stage sees the dose after it. Its error is kept small by
@@ -191,10 +213,17 @@ def test_gradient_with_respect_to_a_discontinuity_in_step_ts(adjoint, backwards)
         controller = oc.ClipStepSizeController(inner, step_ts=jnp.stack([tau, jnp.asarray(2.5)]))
         chosen = {"forward": oc.ForwardMode(), "direct": oc.DirectAdjoint()}.get(adjoint)
         return oc.diffeqsolve(
-            _field, oc.Tsit5(), t0, t1, None, p[0], (p[1], p[2], (tau, 2.5)),
-            stepsize_controller=controller, max_steps=512,
+            _field,
+            oc.Tsit5(),
+            t0,
+            t1,
+            None,
+            p[0],
+            (p[1], p[2], (tau, 2.5)),
+            stepsize_controller=controller,
+            max_steps=512,
             adjoint=ADJOINTS[adjoint] if chosen is None else chosen,
-        ).ys[0]  # fmt: skip
+        ).ys[0]
 
     tau = jnp.asarray(JUMPS[0])
     if adjoint == "forward":
@@ -233,7 +262,7 @@ def test_vmap_over_doses_and_jump_times(adjoint):
         return _solve(y0, k, doses, jumps, adjoint=ADJOINTS[adjoint]).ys[0]
 
     values, grads = jax.vmap(jax.value_and_grad(loss))(doses, taus)
-    closed = lambda d, tau: _closed(y0, k, d, (tau, JUMPS[1]))  # noqa: E731
+    closed = lambda d, tau: _closed(y0, k, d, (tau, JUMPS[1]))
     ref_values, ref_grads = jax.vmap(jax.value_and_grad(closed))(doses, taus)
     np.testing.assert_allclose(values, ref_values, rtol=1e-7)
     np.testing.assert_allclose(grads, ref_grads, rtol=1e-7, atol=1e-9)
@@ -241,9 +270,12 @@ def test_vmap_over_doses_and_jump_times(adjoint):
 
 @pytest.mark.parametrize(
     ("promotion", "inner"),
-    [pytest.param("standard", "pid", marks=pytest.mark.slow), ("strict", "pid"),
-     ("strict", "constant")],
-)  # fmt: skip
+    [
+        pytest.param("standard", "pid", marks=pytest.mark.slow),
+        ("strict", "pid"),
+        ("strict", "constant"),
+    ],
+)
 def test_float32(promotion, inner):
     p = _params(jnp.float32)
     jumps = (jnp.asarray(JUMPS[0], jnp.float32), jnp.asarray(JUMPS[1], jnp.float32))
@@ -251,7 +283,7 @@ def test_float32(promotion, inner):
     if inner == "pid":
         controller = oc.PIDController(rtol=1e-5, atol=1e-5)
     with jax.numpy_dtype_promotion(promotion):
-        loss = lambda p: _solve(*p, jumps, inner=controller, dt0=dt0).ys[0]  # noqa: E731
+        loss = lambda p: _solve(*p, jumps, inner=controller, dt0=dt0).ys[0]
         value, grads = jax.value_and_grad(loss)(p)
     assert value.dtype == jnp.float32
     ref_value, ref_grads = _reference(False)
@@ -265,8 +297,16 @@ def test_jumps_cost_fewer_steps_and_steps_stop_just_before():
     p = _params()
     saveat = oc.SaveAt(steps=True)
     clipped = _solve(*p, inner=oc.PIDController(rtol=1e-6, atol=1e-6), saveat=saveat)
-    plain = oc.diffeqsolve(_field, oc.Tsit5(), 0.0, T_END, None, p[0], (*p[1:], JUMPS),
-                           stepsize_controller=oc.PIDController(rtol=1e-6, atol=1e-6))  # fmt: skip
+    plain = oc.diffeqsolve(
+        _field,
+        oc.Tsit5(),
+        0.0,
+        T_END,
+        None,
+        p[0],
+        (*p[1:], JUMPS),
+        stepsize_controller=oc.PIDController(rtol=1e-6, atol=1e-6),
+    )
     assert 2 * int(clipped.stats["num_steps"]) < int(plain.stats["num_steps"])
     for j in JUMPS:
         assert np.nextafter(j, -np.inf) in np.asarray(clipped.ts)
@@ -279,8 +319,16 @@ def test_step_ts_are_landed_on(inner, backwards):
     t0, t1 = (5.0, 0.0) if backwards else (0.0, 5.0)
     dt0 = None if dt0 is None else (-0.3 if backwards else 0.3)
     clip = oc.ClipStepSizeController(controller, step_ts=[3.0, 4.05, 9.0])
-    sol = oc.diffeqsolve(lambda t, y, args: -0.2 * y, oc.Tsit5(), t0, t1, dt0, 1.0,
-                         stepsize_controller=clip, saveat=oc.SaveAt(steps=True))  # fmt: skip
+    sol = oc.diffeqsolve(
+        lambda t, y, args: -0.2 * y,
+        oc.Tsit5(),
+        t0,
+        t1,
+        dt0,
+        1.0,
+        stepsize_controller=clip,
+        saveat=oc.SaveAt(steps=True),
+    )
     ts = np.asarray(sol.ts)
     assert 3.0 in ts and 4.05 in ts
     done = np.isfinite(ts)
@@ -290,8 +338,16 @@ def test_step_ts_are_landed_on(inner, backwards):
 def test_constant_steps_keep_their_grid():
     """Around a clipped step, constant steps keep their grid of equal steps."""
     clip = oc.ClipStepSizeController(oc.ConstantStepSize(), step_ts=[0.25, 0.27])
-    sol = oc.diffeqsolve(lambda t, y, args: -y, oc.Euler(), 0.0, 1.0, 0.1, 1.0,
-                         stepsize_controller=clip, saveat=oc.SaveAt(steps=True))  # fmt: skip
+    sol = oc.diffeqsolve(
+        lambda t, y, args: -y,
+        oc.Euler(),
+        0.0,
+        1.0,
+        0.1,
+        1.0,
+        stepsize_controller=clip,
+        saveat=oc.SaveAt(steps=True),
+    )
     ts = np.asarray(sol.ts)
     expected = np.sort(np.concatenate([np.arange(1, 11) / 10, [0.25, 0.27]]))
     np.testing.assert_allclose(ts[np.isfinite(ts)], expected, rtol=1e-15)
@@ -308,9 +364,20 @@ def test_unsorted_and_outside_times_and_nesting_agree():
         oc.ClipStepSizeController(pid, jump_ts=[7.0, 2.5, -3.0, 1.0]),
         oc.ClipStepSizeController(oc.ClipStepSizeController(pid, jump_ts=[2.5]), jump_ts=[1.0]),
     ]
-    sols = [oc.diffeqsolve(_field, oc.Tsit5(), 0.0, T_END, None, p[0], args,
-                           stepsize_controller=c, saveat=oc.SaveAt(steps=True))
-            for c in controllers]  # fmt: skip
+    sols = [
+        oc.diffeqsolve(
+            _field,
+            oc.Tsit5(),
+            0.0,
+            T_END,
+            None,
+            p[0],
+            args,
+            stepsize_controller=c,
+            saveat=oc.SaveAt(steps=True),
+        )
+        for c in controllers
+    ]
     for sol in sols[1:]:
         np.testing.assert_array_equal(sol.ts, sols[0].ts)
         np.testing.assert_array_equal(sol.ys, sols[0].ys)
@@ -347,8 +414,9 @@ def test_pid_controller_with_times_is_a_clip():
 def test_implicit_solver_with_a_jump():
     clip = oc.ClipStepSizeController(oc.PIDController(rtol=1e-6, atol=1e-6), jump_ts=JUMPS)
     p = _params()
-    sol = oc.diffeqsolve(_field, oc.Kvaerno5(), 0.0, T_END, 0.01, p[0], (*p[1:], JUMPS),
-                         stepsize_controller=clip)  # fmt: skip
+    sol = oc.diffeqsolve(
+        _field, oc.Kvaerno5(), 0.0, T_END, 0.01, p[0], (*p[1:], JUMPS), stepsize_controller=clip
+    )
     np.testing.assert_allclose(sol.ys[0], _closed(*p, JUMPS), rtol=1e-5)
 
 
@@ -356,9 +424,16 @@ def test_jump_at_t1_in_float32():
     """A jump at a large float32 t1: the last step still lands on t1."""
     t1 = jnp.asarray(1e3, jnp.float32)
     clip = oc.ClipStepSizeController(oc.PIDController(rtol=1e-6, atol=1e-6), jump_ts=t1[None])
-    sol = oc.diffeqsolve(lambda t, y, args: -y, oc.Heun(), jnp.asarray(0.0, jnp.float32), t1,
-                         jnp.asarray(0.01, jnp.float32), jnp.asarray(1.0, jnp.float32),
-                         stepsize_controller=clip, saveat=oc.SaveAt(ts=t1[None]))  # fmt: skip
+    sol = oc.diffeqsolve(
+        lambda t, y, args: -y,
+        oc.Heun(),
+        jnp.asarray(0.0, jnp.float32),
+        t1,
+        jnp.asarray(0.01, jnp.float32),
+        jnp.asarray(1.0, jnp.float32),
+        stepsize_controller=clip,
+        saveat=oc.SaveAt(ts=t1[None]),
+    )
     assert sol.ts is not None and sol.ts[0] == t1
 
 
@@ -368,7 +443,14 @@ def test_t0_just_before_a_jump():
     jump = 0.98
     clip = oc.ClipStepSizeController(oc.PIDController(rtol=1e-6, atol=1e-6), jump_ts=[jump])
     t0 = np.nextafter(jump, -np.inf)
-    sol = oc.diffeqsolve(lambda t, y, args: jnp.where(t < jump, 0.0, 1.0) * jnp.ones_like(y),
-                         oc.Heun(), t0, 1.2, None, jnp.zeros(2), stepsize_controller=clip,
-                         max_steps=100)  # fmt: skip
+    sol = oc.diffeqsolve(
+        lambda t, y, args: jnp.where(t < jump, 0.0, 1.0) * jnp.ones_like(y),
+        oc.Heun(),
+        t0,
+        1.2,
+        None,
+        jnp.zeros(2),
+        stepsize_controller=clip,
+        max_steps=100,
+    )
     np.testing.assert_allclose(sol.ys[0], 1.2 - jump, rtol=1e-6)

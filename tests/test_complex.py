@@ -203,7 +203,7 @@ def test_adaptive_steps_match_diffrax(controller, dt0):
         2.0,
         stepsize_controller=dfx.PIDController(**kwargs),
     )
-    counts = lambda s: (int(s.stats["num_accepted_steps"]), int(s.stats["num_rejected_steps"]))  # noqa: E731
+    counts = lambda s: (int(s.stats["num_accepted_steps"]), int(s.stats["num_rejected_steps"]))
     assert counts(sol) == counts(ref)
     np.testing.assert_allclose(sol.ys, ref.ys, rtol=1e-10, atol=1e-12)
 
@@ -356,7 +356,7 @@ def test_vmap_over_complex_states():
         T1,
         None,
         y0,
-        ARGS,  # noqa: E731
+        ARGS,
         stepsize_controller=PID,
     ).ys[-1]
     expected = np.stack([schrodinger_exact(np.asarray(y), ARGS, T1) for y in y0s])
@@ -365,11 +365,14 @@ def test_vmap_over_complex_states():
 
 @pytest.mark.parametrize(
     "solver",
-    [oc.Tsit5(), pytest.param(oc.Kvaerno5(), marks=pytest.mark.slow),
-     pytest.param(oc.Rodas5P(), marks=pytest.mark.slow),
-     pytest.param(oc.Kvaerno4(), marks=pytest.mark.slow)],
+    [
+        oc.Tsit5(),
+        pytest.param(oc.Kvaerno5(), marks=pytest.mark.slow),
+        pytest.param(oc.Rodas5P(), marks=pytest.mark.slow),
+        pytest.param(oc.Kvaerno4(), marks=pytest.mark.slow),
+    ],
     ids=["Tsit5", "Kvaerno5", "Rodas5P", "Kvaerno4"],
-)  # fmt: skip
+)
 def test_strict_promotion(solver):
     # complex64 states with float32 args against float64 times, under strict promotion.
     y0, args = jnp.asarray(Y0, jnp.complex64), jnp.float32(ARGS)
@@ -393,8 +396,8 @@ def test_first_step_uses_the_modulus():
     # for `dt0=None`, so it is no reference here).
     rtol = atol = 1e-6
     y0, args = Y0, 2.0
-    f = lambda t, y: np.asarray(phase(t, jnp.asarray(y), args))  # noqa: E731
-    norm = lambda x: np.sqrt(np.mean(np.abs(x / (atol + rtol * np.abs(y0))) ** 2))  # noqa: E731
+    f = lambda t, y: np.asarray(phase(t, jnp.asarray(y), args))
+    norm = lambda x: np.sqrt(np.mean(np.abs(x / (atol + rtol * np.abs(y0))) ** 2))
     f0 = f(0.0, y0)
     d0, d1 = norm(y0), norm(f0)
     h0 = 1e-6 if min(d0, d1) < 1e-5 else 0.01 * d0 / d1

@@ -139,11 +139,18 @@ def test_explicit_adjoint_after_an_implicit_forward_solve(solver):
             forced = amp * k / (k**2 + 1) * (k * jnp.sin(ts) - jnp.cos(ts) + decay)
             return jnp.sum(decay + forced)
         sol = oc.diffeqsolve(
-            lambda t, y, p: -p[0] * (y - p[1] * jnp.sin(t)), solver, 0.0, 3.0, None,
-            jnp.asarray(1.0), p, saveat=oc.SaveAt(ts=ts),
+            lambda t, y, p: -p[0] * (y - p[1] * jnp.sin(t)),
+            solver,
+            0.0,
+            3.0,
+            None,
+            jnp.asarray(1.0),
+            p,
+            saveat=oc.SaveAt(ts=ts),
             stepsize_controller=oc.PIDController(rtol=1e-8, atol=1e-8),
-            adjoint=oc.InterpolatingAdjoint(solver=oc.Tsit5()), max_steps=4096,
-        )  # fmt: skip
+            adjoint=oc.InterpolatingAdjoint(solver=oc.Tsit5()),
+            max_steps=4096,
+        )
         return jnp.sum(sol.ys)
 
     p = (jnp.asarray(1000.0), jnp.asarray(1.0))
@@ -157,9 +164,16 @@ def test_nonfinite_adjoint_is_reported_not_returned(adjoint):
 
     def loss(k, throw):
         sol = oc.diffeqsolve(
-            lambda t, y, k: -jnp.sqrt(k) * y, oc.Tsit5(), 0.0, 1.0, 0.1, jnp.asarray([1.0]),
-            k, adjoint=adjoint, throw=throw,
-        )  # fmt: skip
+            lambda t, y, k: -jnp.sqrt(k) * y,
+            oc.Tsit5(),
+            0.0,
+            1.0,
+            0.1,
+            jnp.asarray([1.0]),
+            k,
+            adjoint=adjoint,
+            throw=throw,
+        )
         return jnp.sum(sol.ys)
 
     with pytest.raises(eqx.EquinoxRuntimeError, match="adjoint ODE's solution became non-finite"):

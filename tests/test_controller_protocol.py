@@ -19,8 +19,17 @@ def test_a_hand_driven_loop_takes_diffeqsolves_steps():
     term, solver = oc.ODETerm(_field), oc.Tsit5()
     controller = oc.PIDController(rtol=1e-6, atol=1e-6)
     t1, y0 = 3.0, jnp.asarray([1.0, 2.0])
-    sol = oc.diffeqsolve(term, solver, 0.0, t1, 0.1, y0, saveat=oc.SaveAt(steps=True),
-                         stepsize_controller=controller, max_steps=64)  # fmt: skip
+    sol = oc.diffeqsolve(
+        term,
+        solver,
+        0.0,
+        t1,
+        0.1,
+        y0,
+        saveat=oc.SaveAt(steps=True),
+        stepsize_controller=controller,
+        max_steps=64,
+    )
     expected = np.asarray(sol.ts)[np.isfinite(sol.ts)]
 
     order = solver.error_order(term)
@@ -45,8 +54,9 @@ def test_clip_wrappers_land_stop_and_restart():
     pid = oc.PIDController(rtol=0.0, atol=1.0)  # zero error: each step 10x the last
     inner = oc.ClipStepSizeController(pid, jump_ts=[4.0], step_ts=[30.0])
     outer = oc.ClipStepSizeController(inner, step_ts=[1.5])
-    _, state = outer.init(oc.ODETerm(_field), 0.0, 50.0, 0.0, 0.5, None,
-                          lambda terms, t, y, args: -y, 5)  # fmt: skip
+    _, state = outer.init(
+        oc.ODETerm(_field), 0.0, 50.0, 0.0, 0.5, None, lambda terms, t, y, args: -y, 5
+    )
 
     def adapt(t0, t1, state):
         return outer.adapt_step_size(t0, t1, 0.0, 0.0, None, 0.0, 5, state)

@@ -16,12 +16,33 @@ from jaxtyping import Array
 
 import odeckpt as oc
 
-SHARED = ["Euler", "Heun", "Midpoint", "Ralston", "Bosh3", "Tsit5", "Dopri5", "Dopri8",
-          "ImplicitEuler", "Kvaerno3", "Kvaerno4", "Kvaerno5"]  # fmt: skip
-MARKERS = ["AbstractSolver", "AbstractAdaptiveSolver", "AbstractImplicitSolver",
-           "AbstractItoSolver", "AbstractStratonovichSolver", "AbstractWrappedSolver",
-           "AbstractRungeKutta", "AbstractERK", "AbstractDIRK", "AbstractSDIRK",
-           "AbstractESDIRK"]  # fmt: skip
+SHARED = [
+    "Euler",
+    "Heun",
+    "Midpoint",
+    "Ralston",
+    "Bosh3",
+    "Tsit5",
+    "Dopri5",
+    "Dopri8",
+    "ImplicitEuler",
+    "Kvaerno3",
+    "Kvaerno4",
+    "Kvaerno5",
+]
+MARKERS = [
+    "AbstractSolver",
+    "AbstractAdaptiveSolver",
+    "AbstractImplicitSolver",
+    "AbstractItoSolver",
+    "AbstractStratonovichSolver",
+    "AbstractWrappedSolver",
+    "AbstractRungeKutta",
+    "AbstractERK",
+    "AbstractDIRK",
+    "AbstractSDIRK",
+    "AbstractESDIRK",
+]
 TERM = oc.ODETerm(lambda t, y, args: -y)
 
 
@@ -81,20 +102,35 @@ def test_wrapped_solver_answers_for_what_it_wraps():
     assert isinstance(wrapped, oc.AbstractESDIRK)
     assert not isinstance(_Wrapped(oc.Euler()), oc.AbstractAdaptiveSolver)
     controller = oc.PIDController(rtol=1e-8, atol=1e-10)
-    sol = oc.diffeqsolve(TERM, _Wrapped(oc.Tsit5()), 0.0, 1.0, 0.1, jnp.ones(2),
-                         stepsize_controller=controller)  # fmt: skip
+    sol = oc.diffeqsolve(
+        TERM, _Wrapped(oc.Tsit5()), 0.0, 1.0, 0.1, jnp.ones(2), stepsize_controller=controller
+    )
     np.testing.assert_allclose(sol.ys[-1], np.exp(-1.0), rtol=1e-7)
 
 
 def test_half_solver_steps_as_diffrax_does():
-    f = lambda t, y, a: -a * y + jnp.sin(t)  # noqa: E731
+    f = lambda t, y, a: -a * y + jnp.sin(t)
     y0, args = jnp.ones(2), 0.7
-    ours = oc.diffeqsolve(f, oc.HalfSolver(oc.Euler()), 0.0, 3.0, 0.1, y0, args,
-                          stepsize_controller=oc.PIDController(rtol=1e-4, atol=1e-6))  # fmt: skip
+    ours = oc.diffeqsolve(
+        f,
+        oc.HalfSolver(oc.Euler()),
+        0.0,
+        3.0,
+        0.1,
+        y0,
+        args,
+        stepsize_controller=oc.PIDController(rtol=1e-4, atol=1e-6),
+    )
     theirs = diffrax.diffeqsolve(
-        diffrax.ODETerm(f), diffrax.HalfSolver(diffrax.Euler()), 0.0, 3.0, 0.1, y0, args,
+        diffrax.ODETerm(f),
+        diffrax.HalfSolver(diffrax.Euler()),
+        0.0,
+        3.0,
+        0.1,
+        y0,
+        args,
         stepsize_controller=diffrax.PIDController(rtol=1e-4, atol=1e-6),
-    )  # fmt: skip
+    )
     for key in ("num_accepted_steps", "num_rejected_steps"):
         assert int(ours.stats[key]) == int(theirs.stats[key])
     np.testing.assert_allclose(ours.ys, theirs.ys, rtol=1e-12)
@@ -109,8 +145,16 @@ def test_half_solver_gradient_is_that_of_its_discretisation(adjoint):
 
     def final(a):
         adj = oc.ForwardMode() if adjoint == "forward" else oc.CheckpointAdjoint()
-        sol = oc.diffeqsolve(lambda t, y, a: -a * y, oc.HalfSolver(oc.Euler()), 0.0, 1.0,
-                             1.0 / n, jnp.asarray(1.0), a, adjoint=adj)  # fmt: skip
+        sol = oc.diffeqsolve(
+            lambda t, y, a: -a * y,
+            oc.HalfSolver(oc.Euler()),
+            0.0,
+            1.0,
+            1.0 / n,
+            jnp.asarray(1.0),
+            a,
+            adjoint=adj,
+        )
         return sol.ys[-1]
 
     derivative = jax.jacfwd(final)(a) if adjoint == "forward" else jax.grad(final)(a)
@@ -127,9 +171,17 @@ def test_half_solver_under_continuous_adjoints(adjoint, t1):
     controller = oc.PIDController(rtol=1e-9, atol=1e-9)
 
     def final(y0, a):
-        sol = oc.diffeqsolve(lambda t, y, a: -a * y, oc.HalfSolver(oc.Tsit5()), 0.0, t1,
-                             0.1 * jnp.sign(t1), y0, a, adjoint=adjoint,
-                             stepsize_controller=controller)  # fmt: skip
+        sol = oc.diffeqsolve(
+            lambda t, y, a: -a * y,
+            oc.HalfSolver(oc.Tsit5()),
+            0.0,
+            t1,
+            0.1 * jnp.sign(t1),
+            y0,
+            a,
+            adjoint=adjoint,
+            stepsize_controller=controller,
+        )
         return sol.ys[-1]
 
     y0, a = jnp.asarray(1.5), jnp.asarray(0.7)
@@ -145,16 +197,22 @@ def test_half_solver_under_continuous_adjoints(adjoint, t1):
 
 def _stiff(solver, lam=(-1.0, -1000.0)):
     controller = oc.PIDController(rtol=1e-6, atol=1e-8)
-    return oc.diffeqsolve(lambda t, y, a: jnp.asarray(lam) * y, solver, 0.0, 1.0, 0.01,
-                          jnp.ones(2), stepsize_controller=controller).ys  # fmt: skip
+    return oc.diffeqsolve(
+        lambda t, y, a: jnp.asarray(lam) * y,
+        solver,
+        0.0,
+        1.0,
+        0.01,
+        jnp.ones(2),
+        stepsize_controller=controller,
+    ).ys
 
 
 @pytest.mark.parametrize(
     "ours, plain",
-    [(oc.Tsit5(scan_kind="bounded"), oc.Tsit5()),
-     (oc.Heun(scan_kind="lax"), oc.Heun())],
+    [(oc.Tsit5(scan_kind="bounded"), oc.Tsit5()), (oc.Heun(scan_kind="lax"), oc.Heun())],
     ids=["Tsit5", "Heun"],
-)  # fmt: skip
+)
 def test_scan_kind_changes_nothing(ours, plain):
     np.testing.assert_array_equal(_stiff(ours, (-1.0, -3.0)), _stiff(plain, (-1.0, -3.0)))
 
@@ -163,7 +221,7 @@ def test_root_finder_sets_the_newton_tolerances():
     given = oc.Kvaerno5(root_finder=oc.VeryChord(rtol=1e-4, atol=1e-6, kappa=0.5))
     assert (given.rtol, given.atol, given.max_iters) == (5e-5, 5e-7, 10)
     # diffrax's test helpers loosen an implicit solver's root finder like this.
-    where = lambda s: (s.root_finder.rtol, s.root_finder.atol, s.root_finder.norm)  # noqa: E731
+    where = lambda s: (s.root_finder.rtol, s.root_finder.atol, s.root_finder.norm)
     loosened = eqx.tree_at(where, oc.Kvaerno5(), (1e-3, 1e-6, lambda x: jnp.sqrt(jnp.mean(x**2))))
     assert (loosened.rtol, loosened.atol) == (1e-3 * 1e-2, 1e-6 * 1e-2)
     exact = np.exp(np.asarray([-1.0, -1000.0]))
@@ -220,13 +278,19 @@ def test_user_tableau_reads_back_diffrax_fields():
 
 
 def _loss(solver, y0, adjoint, t1=2.0, dtype=jnp.float64, adaptive=True):
-    f = lambda t, y, a: jnp.stack([y[1], -y[0] - 0.1 * y[1]])  # noqa: E731
+    f = lambda t, y, a: jnp.stack([y[1], -y[0] - 0.1 * y[1]])
     controller = oc.PIDController(rtol=1e-6, atol=1e-8) if adaptive else oc.ConstantStepSize()
     sol = oc.diffeqsolve(
-        f, solver, 0.0, t1, 0.1 if t1 > 0 else -0.1, y0.astype(dtype),
+        f,
+        solver,
+        0.0,
+        t1,
+        0.1 if t1 > 0 else -0.1,
+        y0.astype(dtype),
         saveat=oc.SaveAt(ts=jnp.linspace(0.0, t1, 5, dtype=dtype)),
-        stepsize_controller=controller, adjoint=adjoint,
-    )  # fmt: skip
+        stepsize_controller=controller,
+        adjoint=adjoint,
+    )
     return jnp.sum(sol.ys**2)
 
 
@@ -253,16 +317,18 @@ def test_user_method_equals_builtin_under_every_adjoint(adjoint):
 
 @pytest.mark.parametrize(
     "dtype, t1",
-    [(jnp.float32, -2.0),
-     pytest.param(jnp.float32, 2.0, marks=pytest.mark.slow),
-     pytest.param(jnp.float64, 2.0, marks=pytest.mark.slow),
-     pytest.param(jnp.float64, -2.0, marks=pytest.mark.slow)],
+    [
+        (jnp.float32, -2.0),
+        pytest.param(jnp.float32, 2.0, marks=pytest.mark.slow),
+        pytest.param(jnp.float64, 2.0, marks=pytest.mark.slow),
+        pytest.param(jnp.float64, -2.0, marks=pytest.mark.slow),
+    ],
     ids=["float32-backward", "float32-forward", "float64-forward", "float64-backward"],
-)  # fmt: skip
+)
 def test_user_method_forward_mode_vmap_and_directions(dtype, t1):
     y0s = jnp.asarray([[1.0, 0.5], [0.2, -0.3]])
     fwd = oc.ForwardMode()
-    loss = lambda s, y: _loss(s, y, fwd, t1, dtype, adaptive=False)  # noqa: E731
+    loss = lambda s, y: _loss(s, y, fwd, t1, dtype, adaptive=False)
     mine = jax.vmap(jax.jacfwd(lambda y: loss(_BogackiShampine(), y)))(y0s)
     builtin = jax.vmap(jax.jacfwd(lambda y: loss(oc.Bosh3(), y)))(y0s)
     # Bosh3's dense output is the same cubic Hermite, written as stage weights.
@@ -272,13 +338,15 @@ def test_user_method_forward_mode_vmap_and_directions(dtype, t1):
 
 def test_user_method_converges_at_its_order():
     # y' = -y + sin t, y(0) = 1: y = 1.5 e^-t + (sin t - cos t) / 2.
-    f = lambda t, y, a: -y + jnp.sin(t)  # noqa: E731
+    f = lambda t, y, a: -y + jnp.sin(t)
     exact = 1.5 * np.exp(-2.0) + (np.sin(2.0) - np.cos(2.0)) / 2
     errors = [
-        abs(float(oc.diffeqsolve(f, _ThreeEighths(), 0.0, 2.0, 2.0 / n, jnp.asarray(1.0)).ys[-1])
-            - exact)
+        abs(
+            float(oc.diffeqsolve(f, _ThreeEighths(), 0.0, 2.0, 2.0 / n, jnp.asarray(1.0)).ys[-1])
+            - exact
+        )
         for n in (16, 32)
-    ]  # fmt: skip
+    ]
     assert abs(np.log2(errors[0] / errors[1]) - 4) < 0.2
 
 
@@ -322,17 +390,33 @@ _SPLIT = oc.MultiTerm(
 )
 def test_multiterm_sums_its_terms(solver):
     # y' = (-a + cos t) y: y(t) = exp(-a t + sin t).
-    sol = oc.diffeqsolve(_SPLIT, solver, 0.0, 2.0, 0.1, jnp.asarray([1.0]), args=0.5,
-                         stepsize_controller=oc.PIDController(rtol=1e-8, atol=1e-10))  # fmt: skip
+    sol = oc.diffeqsolve(
+        _SPLIT,
+        solver,
+        0.0,
+        2.0,
+        0.1,
+        jnp.asarray([1.0]),
+        args=0.5,
+        stepsize_controller=oc.PIDController(rtol=1e-8, atol=1e-10),
+    )
     np.testing.assert_allclose(sol.ys[-1], np.exp(-1.0 + np.sin(2.0)), rtol=1e-6)
 
 
 @pytest.mark.parametrize("adjoint", ADJOINT_CASES)
 def test_multiterm_gradient_under_every_adjoint(adjoint):
     def loss(a):
-        sol = oc.diffeqsolve(_SPLIT, oc.Tsit5(), 0.0, 2.0, 0.1, jnp.asarray([1.0]), args=a,
-                             stepsize_controller=oc.PIDController(rtol=1e-8, atol=1e-10),
-                             adjoint=ADJOINTS[adjoint])  # fmt: skip
+        sol = oc.diffeqsolve(
+            _SPLIT,
+            oc.Tsit5(),
+            0.0,
+            2.0,
+            0.1,
+            jnp.asarray([1.0]),
+            args=a,
+            stepsize_controller=oc.PIDController(rtol=1e-8, atol=1e-10),
+            adjoint=ADJOINTS[adjoint],
+        )
         return sol.ys[-1, 0]
 
     # d/da exp(-2a + sin 2) = -2 exp(-2a + sin 2)

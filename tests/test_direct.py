@@ -101,8 +101,9 @@ def test_steps_rows_gradient_and_tangent_equal_the_closed_form():
     k = 0.8
     ys = rows(k)
     assert np.isinf(ys[20:]).all()
-    assert np.allclose(ys[:20], jax.vmap(lambda t: _exact(k, y0, t))(0.1 * jnp.arange(1.0, 21.0)),
-                       rtol=1e-6)  # fmt: skip
+    assert np.allclose(
+        ys[:20], jax.vmap(lambda t: _exact(k, y0, t))(0.1 * jnp.arange(1.0, 21.0)), rtol=1e-6
+    )
     gradient = jax.grad(loss)(k)
     tangent = jax.jvp(loss, (k,), (1.0,))[1]
     assert np.isfinite(gradient)
@@ -120,8 +121,13 @@ def test_vmap_float32_and_stats():
         return jnp.sum(sol.ys), sol.stats["num_steps"]
 
     grads = jax.vmap(jax.grad(lambda k: loss(k)[0]))(ks)
-    exact = jax.vmap(jax.grad(lambda k: jnp.sum(jax.vmap(lambda t: _exact(k, y0, t))(
-        jnp.asarray(np.append(TS, 2.0), jnp.float32)))))(ks)  # fmt: skip
+    exact = jax.vmap(
+        jax.grad(
+            lambda k: jnp.sum(
+                jax.vmap(lambda t: _exact(k, y0, t))(jnp.asarray(np.append(TS, 2.0), jnp.float32))
+            )
+        )
+    )(ks)
     assert grads.dtype == jnp.float32
     assert np.allclose(grads, exact, rtol=1e-4)
     unbatched = _solve(ks[1], y0, adjoint=oc.CheckpointAdjoint(), dtype=jnp.float32)
@@ -131,9 +137,15 @@ def test_vmap_float32_and_stats():
 def test_max_steps_reached_and_max_steps_none():
     with pytest.raises(eqx.EquinoxRuntimeError, match="max_steps"):
         oc.diffeqsolve(
-            lambda t, y, args: -y, oc.Tsit5(), 0.0, 2.0, 0.01, 1.0,
-            adjoint=oc.DirectAdjoint(), max_steps=3,
-        )  # fmt: skip
+            lambda t, y, args: -y,
+            oc.Tsit5(),
+            0.0,
+            2.0,
+            0.01,
+            1.0,
+            adjoint=oc.DirectAdjoint(),
+            max_steps=3,
+        )
     with pytest.raises(ValueError, match="`DirectAdjoint` runs a loop of `max_steps`"):
         _solve(1.0, jnp.array([1.0]), adjoint=oc.DirectAdjoint(), max_steps=None)
 
@@ -146,14 +158,20 @@ def test_event_time_and_its_derivatives_equal_the_closed_form():
 
     def impact(h0):
         sol = oc.diffeqsolve(
-            lambda t, y, args: jnp.stack([y[1], -g * jnp.ones_like(y[1])]), oc.Tsit5(),
-            0.0, 10.0, 0.01, jnp.stack([h0, 0.0]), adjoint=oc.DirectAdjoint(), max_steps=64,
+            lambda t, y, args: jnp.stack([y[1], -g * jnp.ones_like(y[1])]),
+            oc.Tsit5(),
+            0.0,
+            10.0,
+            0.01,
+            jnp.stack([h0, 0.0]),
+            adjoint=oc.DirectAdjoint(),
+            max_steps=64,
             event=oc.Event(lambda t, y, args, **kwargs: y[0]),
             stepsize_controller=oc.PIDController(rtol=1e-10, atol=1e-10),
-        )  # fmt: skip
+        )
         return sol.ts[-1]
 
-    exact = lambda h0: jnp.sqrt(2 * h0 / g)  # noqa: E731
+    exact = lambda h0: jnp.sqrt(2 * h0 / g)
     h0 = jnp.asarray(2.0)
     np.testing.assert_allclose(impact(h0), exact(h0), rtol=1e-10)
     np.testing.assert_allclose(jax.grad(impact)(h0), jax.grad(exact)(h0), rtol=1e-8)

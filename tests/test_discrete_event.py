@@ -18,10 +18,19 @@ def _decay(t, y, args):
 
 def _solve(y0, rate, discrete, sign=1.0, dtype=jnp.float64, adjoint=oc.CheckpointAdjoint()):
     with pytest.warns(DeprecationWarning, match="discrete_terminating_event"):
-        return oc.diffeqsolve(_decay, oc.Tsit5(), 0.0, sign * jnp.inf, sign * 0.1,
-                              jnp.asarray(y0, dtype), jnp.asarray(rate, dtype),
-                              stepsize_controller=TIGHT, discrete_terminating_event=discrete,
-                              adjoint=adjoint, max_steps=128)  # fmt: skip
+        return oc.diffeqsolve(
+            _decay,
+            oc.Tsit5(),
+            0.0,
+            sign * jnp.inf,
+            sign * 0.1,
+            jnp.asarray(y0, dtype),
+            jnp.asarray(rate, dtype),
+            stepsize_controller=TIGHT,
+            discrete_terminating_event=discrete,
+            adjoint=adjoint,
+            max_steps=128,
+        )
 
 
 def _past(limit, sign=1.0):
@@ -44,9 +53,18 @@ def test_stops_after_the_first_step_past_the_condition(sign, dtype):
 def test_same_as_a_boolean_event_and_reads_the_state():
     seen = oc.DiscreteTerminatingEvent(lambda state, **kwargs: state.y < 0.5)
     sol = _solve(2.0, 0.7, seen)
-    reference = oc.diffeqsolve(_decay, oc.Tsit5(), 0.0, jnp.inf, 0.1, jnp.asarray(2.0),
-                               jnp.asarray(0.7), stepsize_controller=TIGHT, max_steps=128,
-                               event=oc.Event(lambda t, y, args, **kwargs: y < 0.5))  # fmt: skip
+    reference = oc.diffeqsolve(
+        _decay,
+        oc.Tsit5(),
+        0.0,
+        jnp.inf,
+        0.1,
+        jnp.asarray(2.0),
+        jnp.asarray(0.7),
+        stepsize_controller=TIGHT,
+        max_steps=128,
+        event=oc.Event(lambda t, y, args, **kwargs: y < 0.5),
+    )
     assert float(sol.ys[0]) < 0.5
     np.testing.assert_array_equal(sol.ts, reference.ts)
     np.testing.assert_array_equal(sol.ys, reference.ys)
@@ -68,9 +86,18 @@ def test_gradient_against_the_closed_form():
 def test_steady_state_event_matches_steady_state_event():
     sol = _solve(2.0, 0.7, oc.SteadyStateEvent(rtol=1e-3, atol=1e-6))
     cond = oc.steady_state_event(rtol=1e-3, atol=1e-6)
-    reference = oc.diffeqsolve(_decay, oc.Tsit5(), 0.0, jnp.inf, 0.1, jnp.asarray(2.0),
-                               jnp.asarray(0.7), stepsize_controller=TIGHT, max_steps=128,
-                               event=oc.Event(cond))  # fmt: skip
+    reference = oc.diffeqsolve(
+        _decay,
+        oc.Tsit5(),
+        0.0,
+        jnp.inf,
+        0.1,
+        jnp.asarray(2.0),
+        jnp.asarray(0.7),
+        stepsize_controller=TIGHT,
+        max_steps=128,
+        event=oc.Event(cond),
+    )
     np.testing.assert_array_equal(sol.ts, reference.ts)
     # Stopped where |f| = 0.7 |y| < 1e-6 + 1e-3 |y|, i.e. |y| < 1e-6 / 0.699.
     assert abs(float(sol.ys[0])) < 1e-6 / 0.699
@@ -79,10 +106,27 @@ def test_steady_state_event_matches_steady_state_event():
 def test_refusals():
     event = oc.Event(lambda t, y, args, **kwargs: y - 1.0)
     with pytest.raises(ValueError, match="one of `event=...` and `discrete_terminating_event"):
-        oc.diffeqsolve(_decay, oc.Tsit5(), 0.0, 1.0, 0.1, 2.0, 0.7, event=event,
-                       discrete_terminating_event=_past(0.5))  # fmt: skip
+        oc.diffeqsolve(
+            _decay,
+            oc.Tsit5(),
+            0.0,
+            1.0,
+            0.1,
+            2.0,
+            0.7,
+            event=event,
+            discrete_terminating_event=_past(0.5),
+        )
     with pytest.raises(TypeError, match="expects an `AbstractDiscreteTerminatingEvent`"):
-        oc.diffeqsolve(_decay, oc.Tsit5(), 0.0, 1.0, 0.1, 2.0, 0.7,
-                       discrete_terminating_event=lambda state: True)  # fmt: skip
+        oc.diffeqsolve(
+            _decay,
+            oc.Tsit5(),
+            0.0,
+            1.0,
+            0.1,
+            2.0,
+            0.7,
+            discrete_terminating_event=lambda state: True,
+        )
     with pytest.raises(ValueError, match="does not differentiate event times"):
         _solve(2.0, 0.7, _past(1.5), adjoint=oc.ReversibleAdjoint())

@@ -125,7 +125,7 @@ def test_zero_size_leaf_leaves_the_other_steps_alone(shape, solver):
         2.0,
         None,
         y0,
-        1.0,  # noqa: E731
+        1.0,
         saveat=oc.SaveAt(steps=True),
         stepsize_controller=PID,
         max_steps=64,

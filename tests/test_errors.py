@@ -68,9 +68,15 @@ def _nan_after_half(t, y, args):
 def test_nonfinite_state_result(solver):
     ts = jnp.asarray([0.25, 0.75])
     sol = oc.diffeqsolve(
-        _nan_after_half, solver, 0.0, 1.0, 0.1, jnp.asarray(DECAY.y0),
-        saveat=oc.SaveAt(ts=ts, t1=True), throw=False,
-    )  # fmt: skip
+        _nan_after_half,
+        solver,
+        0.0,
+        1.0,
+        0.1,
+        jnp.asarray(DECAY.y0),
+        saveat=oc.SaveAt(ts=ts, t1=True),
+        throw=False,
+    )
     assert sol.result == oc.RESULTS.nonfinite_state
     ys = np.asarray(sol.ys)
     assert np.all(np.isfinite(ys[0]))
@@ -82,9 +88,14 @@ def _too_tight(**kwargs):
     controller = oc.PIDController(rtol=1e-13, atol=1e-13, dtmin=0.05, force_dtmin=False)
     return oc.diffeqsolve(
         lambda t, y, args: jnp.stack([1.5 * y[0] - y[0] * y[1], y[0] * y[1] - 3 * y[1]]),
-        oc.Tsit5(), 0.0, 10.0, 0.1, jnp.asarray([1.0, 1.0]),
-        stepsize_controller=controller, **kwargs,
-    )  # fmt: skip
+        oc.Tsit5(),
+        0.0,
+        10.0,
+        0.1,
+        jnp.asarray([1.0, 1.0]),
+        stepsize_controller=controller,
+        **kwargs,
+    )
 
 
 def test_dt_min_reached_result():
@@ -98,9 +109,15 @@ def test_failed_outputs_beyond_the_time_reached_are_inf():
     # NaN appears in the step from t = 0.5 (its stages pass 0.5): steps and dense output
     # stop there.
     sol = oc.diffeqsolve(
-        _nan_after_half, oc.Tsit5(), 0.0, 1.0, 0.1, jnp.asarray(DECAY.y0),
-        saveat=oc.SaveAt(steps=True, dense=True), throw=False,
-    )  # fmt: skip
+        _nan_after_half,
+        oc.Tsit5(),
+        0.0,
+        1.0,
+        0.1,
+        jnp.asarray(DECAY.y0),
+        saveat=oc.SaveAt(steps=True, dense=True),
+        throw=False,
+    )
     assert sol.result == oc.RESULTS.nonfinite_state
     assert sol.ts is not None
     np.testing.assert_allclose(sol.ts[:5], [0.1, 0.2, 0.3, 0.4, 0.5], rtol=1e-12)
@@ -131,8 +148,12 @@ def test_failure_message_carries_time_and_cause(t, code):
 
 def test_successful_index_loses_to_any_failure():
     success = failure_index(jnp.asarray(oc.RESULTS.successful), jnp.asarray(-1e30))
-    failures = [failure_index(jnp.asarray(c), jnp.asarray(t)) for c in oc.RESULTS
-                if not oc.is_okay(c) for t in (-np.inf, -1e30, -0.0, 0.0, 1e30)]  # fmt: skip
+    failures = [
+        failure_index(jnp.asarray(c), jnp.asarray(t))
+        for c in oc.RESULTS
+        if not oc.is_okay(c)
+        for t in (-np.inf, -1e30, -0.0, 0.0, 1e30)
+    ]
     assert all(int(f) > int(success) for f in failures)
 
 
@@ -157,16 +178,32 @@ def test_bad_traced_values_without_throw_set_invalid_input():
 def test_throw_false_compiles_no_callback():
     def solve(y0, k, dt0, ts):
         saveat = oc.SaveAt(ts=ts, t1=True)
-        return oc.diffeqsolve(lambda t, y, k: -k * y, oc.Tsit5(), 0.0, 1.0, dt0, y0, args=k,
-                              saveat=saveat, throw=False).ys  # fmt: skip
+        return oc.diffeqsolve(
+            lambda t, y, k: -k * y,
+            oc.Tsit5(),
+            0.0,
+            1.0,
+            dt0,
+            y0,
+            args=k,
+            saveat=saveat,
+            throw=False,
+        ).ys
 
     args = (jnp.ones(2), jnp.asarray(0.5), jnp.asarray(0.1), jnp.asarray([0.5]))
     assert "callback" not in jax.jit(solve).lower(*args).as_text()
 
 
 def test_args_leaves_that_are_not_floating_arrays_are_not_checked():
-    sol = oc.diffeqsolve(lambda t, y, a: -a["k"] * a["g"](y), oc.Tsit5(), 0.0, 1.0, 0.1,
-                         jnp.ones(2), args={"k": 1.0, "g": jnp.tanh, "n": 3})  # fmt: skip
+    sol = oc.diffeqsolve(
+        lambda t, y, a: -a["k"] * a["g"](y),
+        oc.Tsit5(),
+        0.0,
+        1.0,
+        0.1,
+        jnp.ones(2),
+        args={"k": 1.0, "g": jnp.tanh, "n": 3},
+    )
     assert sol.result == oc.RESULTS.successful
 
 
@@ -179,8 +216,17 @@ def _rate(t, y, a):
 
 
 def _empty_solve(y0, a, t0=0.5, t1=0.5, adjoint=None, **kwargs):
-    return oc.diffeqsolve(_rate, oc.Tsit5(), t0, t1, 0.1, y0, args=a,
-                          adjoint=adjoint or oc.CheckpointAdjoint(), **kwargs)  # fmt: skip
+    return oc.diffeqsolve(
+        _rate,
+        oc.Tsit5(),
+        t0,
+        t1,
+        0.1,
+        y0,
+        args=a,
+        adjoint=adjoint or oc.CheckpointAdjoint(),
+        **kwargs,
+    )
 
 
 def test_zero_length_solve_returns_y0():
@@ -205,8 +251,9 @@ ADJOINTS = [
 
 
 @pytest.mark.parametrize("adjoint", ADJOINTS, ids=lambda a: f"{type(a).__name__}-{a.checkpoints}")
-@pytest.mark.parametrize("saveat", [oc.SaveAt(t1=True), oc.SaveAt(ts=[0.5], t1=True)],
-                         ids=["t1", "ts+t1"])  # fmt: skip
+@pytest.mark.parametrize(
+    "saveat", [oc.SaveAt(t1=True), oc.SaveAt(ts=[0.5], t1=True)], ids=["t1", "ts+t1"]
+)
 def test_zero_length_solve_gradients(adjoint, saveat):
     y0 = jnp.asarray(DECAY.y0)
 
@@ -236,6 +283,6 @@ def test_zero_length_solve_time_gradients(t0, t1):
 
 def test_zero_length_solve_time_tangent_in_forward_mode():
     y0 = jnp.asarray(DECAY.y0)
-    solve = lambda t1: _empty_solve(y0, 0.7, adjoint=oc.ForwardMode(), t1=t1).ys  # noqa: E731
+    solve = lambda t1: _empty_solve(y0, 0.7, adjoint=oc.ForwardMode(), t1=t1).ys
     _, tangent = jax.jvp(solve, (0.5,), (1.0,))
     np.testing.assert_allclose(tangent, -0.7 * y0[None], rtol=1e-14)

@@ -29,9 +29,18 @@ def _fall(params, adjoint, dtype=jnp.float64, controller=TIGHT):
     h0, v0, g, floor_args, floor_closed = (p.astype(dtype) for p in params)
     event = oc.Event(lambda t, y, args, **kw: y[0] - args[1] - floor_closed)
     y0, t0 = jnp.stack([h0, v0]), jnp.asarray(0.0, dtype)
-    sol = oc.diffeqsolve(_ballistic, oc.Tsit5(), t0, 10.0, 0.01, y0, (g, floor_args),
-                         event=event, stepsize_controller=controller,
-                         adjoint=adjoint)  # fmt: skip
+    sol = oc.diffeqsolve(
+        _ballistic,
+        oc.Tsit5(),
+        t0,
+        10.0,
+        0.01,
+        y0,
+        (g, floor_args),
+        event=event,
+        stepsize_controller=controller,
+        adjoint=adjoint,
+    )
     return jnp.stack([sol.ts[0], sol.ys[0, 1]])
 
 
@@ -69,8 +78,9 @@ def _decay_time(params, adjoint):
     """The time `y' = -k y` from y0 falls to 1/4, after a few hundred fixed steps."""
     y0, k = params
     event = oc.Event(lambda t, y, args, **kw: y - 0.25)
-    sol = oc.diffeqsolve(lambda t, y, k: -k * y, oc.Tsit5(), 0.0, 5.0, 0.004, y0, k,
-                         event=event, adjoint=adjoint)  # fmt: skip
+    sol = oc.diffeqsolve(
+        lambda t, y, k: -k * y, oc.Tsit5(), 0.0, 5.0, 0.004, y0, k, event=event, adjoint=adjoint
+    )
     return sol.ts[0]
 
 
@@ -79,12 +89,12 @@ def _decay_time(params, adjoint):
     [
         pytest.param(INTERPOLATING, id="interpolating", marks=pytest.mark.slow),
         pytest.param(BACKSOLVE, id="backsolve"),
-        pytest.param(oc.InterpolatingAdjoint(checkpoints=5), id="interpolating-c5",
-                     marks=pytest.mark.slow),
-        pytest.param(oc.BacksolveAdjoint(checkpoints=3), id="backsolve-c3",
-                     marks=pytest.mark.slow),
+        pytest.param(
+            oc.InterpolatingAdjoint(checkpoints=5), id="interpolating-c5", marks=pytest.mark.slow
+        ),
+        pytest.param(oc.BacksolveAdjoint(checkpoints=3), id="backsolve-c3", marks=pytest.mark.slow),
     ],
-)  # fmt: skip
+)
 def test_decay_event_time_gradient(adjoint):
     params = jnp.asarray([1.0, 1.0])
     y0, k = params
@@ -101,8 +111,18 @@ def _zero_crossing(params, direction, adjoint):
     """`(t*, v(t*))` where `x = x0 cos(w t)` first crosses zero in `direction`."""
     x0, w = params
     event = oc.Event(lambda t, y, args, **kw: y[0], direction=direction)
-    sol = oc.diffeqsolve(_oscillator, oc.Tsit5(), 0.0, 10.0, 0.01, jnp.stack([x0, 0.0]), w,
-                         event=event, stepsize_controller=TIGHT, adjoint=adjoint)  # fmt: skip
+    sol = oc.diffeqsolve(
+        _oscillator,
+        oc.Tsit5(),
+        0.0,
+        10.0,
+        0.01,
+        jnp.stack([x0, 0.0]),
+        w,
+        event=event,
+        stepsize_controller=TIGHT,
+        adjoint=adjoint,
+    )
     return jnp.stack([sol.ts[0], sol.ys[0, 1]])
 
 
@@ -135,8 +155,18 @@ def _throw(params, adjoint):
     event = oc.Event(
         {"floor": lambda t, y, a, **kw: y[0], "ceiling": lambda t, y, a, **kw: y[0] - 12.0}
     )
-    sol = oc.diffeqsolve(_ballistic, oc.Tsit5(), 0.0, 10.0, 0.01, jnp.stack([h0, v0]), (g,),
-                         event=event, stepsize_controller=TIGHT, adjoint=adjoint)  # fmt: skip
+    sol = oc.diffeqsolve(
+        _ballistic,
+        oc.Tsit5(),
+        0.0,
+        10.0,
+        0.01,
+        jnp.stack([h0, v0]),
+        (g,),
+        event=event,
+        stepsize_controller=TIGHT,
+        adjoint=adjoint,
+    )
     return jnp.stack([sol.ts[0], sol.ys[0, 1]]), sol.event_mask
 
 
@@ -207,8 +237,18 @@ def _backwards(params, adjoint):
     `t* = log(y0 / 4) / k` (negative), `y(t*) = 4` whatever `y0` and `k`."""
     event = oc.Event(lambda t, y, args, **kw: y - 4.0)
     y0, k = params
-    sol = oc.diffeqsolve(lambda t, y, k: -k * y, oc.Tsit5(), 0.0, -jnp.inf, -0.01, y0, k,
-                         event=event, stepsize_controller=TIGHT, adjoint=adjoint)  # fmt: skip
+    sol = oc.diffeqsolve(
+        lambda t, y, k: -k * y,
+        oc.Tsit5(),
+        0.0,
+        -jnp.inf,
+        -0.01,
+        y0,
+        k,
+        event=event,
+        stepsize_controller=TIGHT,
+        adjoint=adjoint,
+    )
     return jnp.stack([sol.ts[0], sol.ys[0]])
 
 
@@ -237,9 +277,20 @@ def _observed(params, adjoint, event):
         return jnp.stack([speed, -jnp.sin(angle) - args * speed])
 
     ts = jnp.asarray([0.3, 0.9, 1.7, 50.0])  # the last one after the event: inf
-    sol = oc.diffeqsolve(pendulum, oc.Tsit5(), 0.0, 60.0, 0.01, jnp.stack([theta0, 0.0]),
-                         damping, event=event, stepsize_controller=TIGHT, adjoint=adjoint,
-                         saveat=oc.SaveAt(ts=ts, steps=True, t1=True), max_steps=256)  # fmt: skip
+    sol = oc.diffeqsolve(
+        pendulum,
+        oc.Tsit5(),
+        0.0,
+        60.0,
+        0.01,
+        jnp.stack([theta0, 0.0]),
+        damping,
+        event=event,
+        stepsize_controller=TIGHT,
+        adjoint=adjoint,
+        saveat=oc.SaveAt(ts=ts, steps=True, t1=True),
+        max_steps=256,
+    )
     finite = jnp.isfinite(sol.ts)
     weights = jnp.where(finite, jnp.linspace(0.5, 1.5, sol.ts.shape[0]), 0.0)
     ys = jnp.where(finite[:, None], sol.ys, 0.0)
@@ -273,10 +324,20 @@ def _fall_saved(params, adjoint):
     the impact), at `t = 5` (after it: inf) and at every step (the last at the impact,
     its time included)."""
     h0, v0, g = params
-    sol = oc.diffeqsolve(_ballistic, oc.Tsit5(), 0.0, 10.0, 0.01, jnp.stack([h0, v0]), (g,),
-                         event=oc.Event(lambda t, y, args, **kw: y[0]), adjoint=adjoint,
-                         saveat=oc.SaveAt(ts=jnp.asarray([0.5, 5.0]), steps=True),
-                         stepsize_controller=TIGHT, max_steps=64)  # fmt: skip
+    sol = oc.diffeqsolve(
+        _ballistic,
+        oc.Tsit5(),
+        0.0,
+        10.0,
+        0.01,
+        jnp.stack([h0, v0]),
+        (g,),
+        event=oc.Event(lambda t, y, args, **kw: y[0]),
+        adjoint=adjoint,
+        saveat=oc.SaveAt(ts=jnp.asarray([0.5, 5.0]), steps=True),
+        stepsize_controller=TIGHT,
+        max_steps=64,
+    )
     finite = jnp.isfinite(sol.ts)
     last = jnp.arange(sol.ts.shape[0]) == jnp.sum(finite) - 1  # the step at the impact
     at_half = sol.ts == 0.5
@@ -308,9 +369,18 @@ def _threshold(params, adjoint):
     """`y' = -k y` under an adaptive controller until the boolean `y < 0.3` holds at a
     step's end: `(t* + y(t*), t*)`."""
     y0, k = params
-    sol = oc.diffeqsolve(lambda t, y, k: -k * y, oc.Tsit5(), 0.0, 10.0, 0.1, y0, k,
-                         event=oc.Event(lambda t, y, a, **kw: y < 0.3), adjoint=adjoint,
-                         stepsize_controller=oc.PIDController(rtol=1e-8, atol=1e-8))  # fmt: skip
+    sol = oc.diffeqsolve(
+        lambda t, y, k: -k * y,
+        oc.Tsit5(),
+        0.0,
+        10.0,
+        0.1,
+        y0,
+        k,
+        event=oc.Event(lambda t, y, a, **kw: y < 0.3),
+        adjoint=adjoint,
+        stepsize_controller=oc.PIDController(rtol=1e-8, atol=1e-8),
+    )
     return sol.ts[0] + sol.ys[0], sol.ts[0]
 
 
@@ -342,9 +412,20 @@ def _fall_observed(params, adjoint):
         return jnp.stack([-y[1], args[0] + 0 * y[1]])
 
     saveat = oc.SaveAt(steps=True, fn=lambda t, y, args: t * y[1])
-    sol = oc.diffeqsolve(up, oc.Tsit5(), 0.0, -10.0, -0.01, jnp.stack([h0, v0]), (g,),
-                         event=oc.Event(lambda t, y, args, **kw: y[0]), adjoint=adjoint,
-                         saveat=saveat, stepsize_controller=TIGHT, max_steps=64)  # fmt: skip
+    sol = oc.diffeqsolve(
+        up,
+        oc.Tsit5(),
+        0.0,
+        -10.0,
+        -0.01,
+        jnp.stack([h0, v0]),
+        (g,),
+        event=oc.Event(lambda t, y, args, **kw: y[0]),
+        adjoint=adjoint,
+        saveat=saveat,
+        stepsize_controller=TIGHT,
+        max_steps=64,
+    )
     last = jnp.arange(sol.ys.shape[0]) == jnp.sum(jnp.isfinite(sol.ts)) - 1
     return jnp.sum(jnp.where(last, sol.ys, 0.0))
 
@@ -375,9 +456,19 @@ def _after_event(params, adjoint):
     (the setting of diffrax's issue 729), the first under `adjoint`."""
     y0, k = params
     event = oc.Event(lambda t, y, args, **kw: y[0] - 0.5)
-    f = lambda t, y, k: jnp.stack([-k * y[0], y[0]])  # noqa: E731
-    first = oc.diffeqsolve(f, oc.Tsit5(), 0.0, 10.0, 0.05, jnp.stack([y0, 0.0]), k, event=event,
-                           adjoint=adjoint, stepsize_controller=TIGHT)  # fmt: skip
+    f = lambda t, y, k: jnp.stack([-k * y[0], y[0]])
+    first = oc.diffeqsolve(
+        f,
+        oc.Tsit5(),
+        0.0,
+        10.0,
+        0.05,
+        jnp.stack([y0, 0.0]),
+        k,
+        event=event,
+        adjoint=adjoint,
+        stepsize_controller=TIGHT,
+    )
     t_event, y_event = first.ts[0], first.ys[0]
     second = oc.diffeqsolve(f, oc.Tsit5(), t_event, t_event + 1.0, 0.05, y_event, k)
     return second.ys[0, 1] + t_event

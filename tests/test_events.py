@@ -25,9 +25,18 @@ def _fall(params, adjoint=oc.CheckpointAdjoint(), dtype=jnp.float64, controller=
     """`(t*, v(t*))` of a ball from height h0 with velocity v0 under gravity g."""
     h0, v0, g = params
     y0, t0 = jnp.stack([h0, v0]).astype(dtype), jnp.asarray(0.0, dtype)
-    sol = oc.diffeqsolve(_ballistic, oc.Tsit5(), t0, 10.0, 0.01, y0, g.astype(dtype),
-                         event=oc.Event(_height), stepsize_controller=controller,
-                         adjoint=adjoint)  # fmt: skip
+    sol = oc.diffeqsolve(
+        _ballistic,
+        oc.Tsit5(),
+        t0,
+        10.0,
+        0.01,
+        y0,
+        g.astype(dtype),
+        event=oc.Event(_height),
+        stepsize_controller=controller,
+        adjoint=adjoint,
+    )
     return sol.ts[0], sol.ys[0, 1]
 
 
@@ -41,8 +50,17 @@ P = jnp.asarray([10.0, 2.0, 9.81])
 
 
 def test_ballistic_time_and_velocity():
-    sol = oc.diffeqsolve(_ballistic, oc.Tsit5(), 0.0, 10.0, 0.01, P[:2], P[2],
-                         event=oc.Event(_height), stepsize_controller=TIGHT)  # fmt: skip
+    sol = oc.diffeqsolve(
+        _ballistic,
+        oc.Tsit5(),
+        0.0,
+        10.0,
+        0.01,
+        P[:2],
+        P[2],
+        event=oc.Event(_height),
+        stepsize_controller=TIGHT,
+    )
     t, v = _fall_exact(P)
     np.testing.assert_allclose(sol.ts[0], t, rtol=0, atol=1e-10)
     np.testing.assert_allclose(sol.ys[0, 1], v, rtol=0, atol=1e-10)
@@ -56,9 +74,19 @@ def test_solver_state_at_the_event_is_the_field_there(adjoint):
     `sol.solver_state` is f(t*, y*) = (v*, -g), and so is its derivative."""
 
     def final_stage(params):
-        sol = oc.diffeqsolve(_ballistic, oc.Tsit5(), 0.0, 10.0, 0.01, params[:2], params[2],
-                             event=oc.Event(_height), stepsize_controller=TIGHT, adjoint=adjoint,
-                             saveat=oc.SaveAt(t1=True, solver_state=True))  # fmt: skip
+        sol = oc.diffeqsolve(
+            _ballistic,
+            oc.Tsit5(),
+            0.0,
+            10.0,
+            0.01,
+            params[:2],
+            params[2],
+            event=oc.Event(_height),
+            stepsize_controller=TIGHT,
+            adjoint=adjoint,
+            saveat=oc.SaveAt(t1=True, solver_state=True),
+        )
         return sol.solver_state
 
     np.testing.assert_allclose(final_stage(P), [_fall_exact(P)[1], -P[2]], rtol=0, atol=1e-10)
@@ -106,8 +134,9 @@ def _decay_time(params, checkpoints):
     y0, k = params
     event = oc.Event(lambda t, y, args, **kw: y - 0.25)
     adjoint = oc.CheckpointAdjoint(checkpoints=checkpoints)
-    sol = oc.diffeqsolve(lambda t, y, k: -k * y, oc.Tsit5(), 0.0, 5.0, 0.004, y0, k,
-                         event=event, adjoint=adjoint)  # fmt: skip
+    sol = oc.diffeqsolve(
+        lambda t, y, k: -k * y, oc.Tsit5(), 0.0, 5.0, 0.004, y0, k, event=event, adjoint=adjoint
+    )
     return sol.ts[0]
 
 
@@ -149,9 +178,18 @@ def _after_event(params):
     (the setting of diffrax's issue 729)."""
     y0, k = params
     event = oc.Event(lambda t, y, args, **kw: y[0] - 0.5)
-    f = lambda t, y, k: jnp.stack([-k * y[0], y[0]])  # noqa: E731
-    first = oc.diffeqsolve(f, oc.Tsit5(), 0.0, 10.0, 0.05, jnp.stack([y0, 0.0]), k, event=event,
-                           adjoint=oc.CheckpointAdjoint(checkpoints=3))  # fmt: skip
+    f = lambda t, y, k: jnp.stack([-k * y[0], y[0]])
+    first = oc.diffeqsolve(
+        f,
+        oc.Tsit5(),
+        0.0,
+        10.0,
+        0.05,
+        jnp.stack([y0, 0.0]),
+        k,
+        event=event,
+        adjoint=oc.CheckpointAdjoint(checkpoints=3),
+    )
     t_event, y_event = first.ts[0], first.ys[0]
     second = oc.diffeqsolve(f, oc.Tsit5(), t_event, t_event + 1.0, 0.05, y_event, k)
     return second.ys[0, 1] + t_event
@@ -196,8 +234,9 @@ def test_backwards_in_time(t1):
 
 
 def _backwards_time(y0, t1, event):
-    sol = oc.diffeqsolve(lambda t, y, a: -y, oc.Tsit5(), 0.0, t1, -0.01, y0, event=event,
-                         stepsize_controller=TIGHT)  # fmt: skip
+    sol = oc.diffeqsolve(
+        lambda t, y, a: -y, oc.Tsit5(), 0.0, t1, -0.01, y0, event=event, stepsize_controller=TIGHT
+    )
     return sol.ts[0], sol
 
 
@@ -231,16 +270,18 @@ def test_save_times_after_the_event_are_inf():
 def test_steps_and_dense_output_end_at_the_event():
     event = oc.Event(lambda t, y, a, **kw: y - 2.3)
     saveat = oc.SaveAt(steps=True, dense=True)
-    sol = oc.diffeqsolve(_ramp, oc.Tsit5(), 0.0, 5.0, 1.0, 0.0, saveat=saveat, event=event,
-                         max_steps=8)  # fmt: skip
+    sol = oc.diffeqsolve(
+        _ramp, oc.Tsit5(), 0.0, 5.0, 1.0, 0.0, saveat=saveat, event=event, max_steps=8
+    )
     np.testing.assert_allclose(sol.ts[:4], [1.0, 2.0, 2.3, np.inf], atol=1e-12)
     np.testing.assert_allclose(sol.interpolation.t1, 2.3, atol=1e-12)
     np.testing.assert_allclose(sol.evaluate(2.2), 2.2, atol=1e-12)
 
 
 def test_event_that_never_fires_reaches_t1():
-    sol = oc.diffeqsolve(_ramp, oc.Tsit5(), 0.0, 1.0, 0.1, 0.0,
-                         event=oc.Event([_height_of_ramp, _height_of_ramp]))  # fmt: skip
+    sol = oc.diffeqsolve(
+        _ramp, oc.Tsit5(), 0.0, 1.0, 0.1, 0.0, event=oc.Event([_height_of_ramp, _height_of_ramp])
+    )
     assert sol.result == oc.RESULTS.successful and sol.ts[0] == 1.0
     assert sol.event_mask == [False, False]
 
@@ -252,15 +293,23 @@ def _height_of_ramp(t, y, args, **kwargs):
 def test_steady_state_event():
     event = oc.Event(oc.steady_state_event())
     controller = oc.PIDController(rtol=1e-4, atol=1e-6)
-    sol = oc.diffeqsolve(lambda t, y, a: -y, oc.Tsit5(), 0.0, jnp.inf, 0.1, 1.0,
-                         stepsize_controller=controller, event=event)  # fmt: skip
+    sol = oc.diffeqsolve(
+        lambda t, y, a: -y,
+        oc.Tsit5(),
+        0.0,
+        jnp.inf,
+        0.1,
+        1.0,
+        stepsize_controller=controller,
+        event=event,
+    )
     assert sol.event_mask and abs(float(sol.ys[0])) < 1e-5
 
 
 def test_pytree_and_complex_states():
     event = oc.Event(lambda t, y, a, **kw: jnp.real(y["z"]) - 0.5)
     y0 = {"z": jnp.asarray(1.0 + 0.0j), "w": jnp.zeros(2)}
-    f = lambda t, y, a: {"z": 1j * y["z"], "w": jnp.ones(2)}  # noqa: E731  z = e^{it}
+    f = lambda t, y, a: {"z": 1j * y["z"], "w": jnp.ones(2)}  # z = e^{it}
     sol = oc.diffeqsolve(f, oc.Tsit5(), 0.0, 5.0, 0.01, y0, event=event, stepsize_controller=TIGHT)
     np.testing.assert_allclose(sol.ts, [jnp.pi / 3], atol=1e-9)
     np.testing.assert_allclose(sol.ys["w"][0], [jnp.pi / 3] * 2, atol=1e-9)
@@ -270,10 +319,19 @@ def test_pytree_and_complex_states():
 def test_crossing_located_to_a_few_ulp(root):
     # y = t (up to the rounding of Tsit5's dense output): the condition changes sign on
     # the step's polynomial within a few ulp either side of the located time.
-    cond = lambda y: y**3 - root**3  # noqa: E731
+    cond = lambda y: y**3 - root**3
     event = oc.Event(lambda t, y, a, **kw: cond(y))
-    sol = oc.diffeqsolve(_ramp, oc.Tsit5(), 0.0, 5.0, 0.7, 0.0, event=event,
-                         saveat=oc.SaveAt(t1=True, dense=True), max_steps=16)  # fmt: skip
+    sol = oc.diffeqsolve(
+        _ramp,
+        oc.Tsit5(),
+        0.0,
+        5.0,
+        0.7,
+        0.0,
+        event=event,
+        saveat=oc.SaveAt(t1=True, dense=True),
+        max_steps=16,
+    )
     t = sol.ts[0]
     ulps = 8 * np.finfo(np.float64).eps * root
     below, above = cond(sol.evaluate(t - ulps)), cond(sol.evaluate(t + ulps))

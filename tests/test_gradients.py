@@ -324,9 +324,17 @@ def stable_systems(draw):
 
 def _linear_loss(a, y0, t0, t1, adjoint):
     sol = oc.diffeqsolve(
-        lambda t, y, a: a @ y, oc.Tsit5(), t0, t1, None, y0, a,
-        stepsize_controller=CONTROLLER, adjoint=adjoint, max_steps=1024,
-    )  # fmt: skip
+        lambda t, y, a: a @ y,
+        oc.Tsit5(),
+        t0,
+        t1,
+        None,
+        y0,
+        a,
+        stepsize_controller=CONTROLLER,
+        adjoint=adjoint,
+        max_steps=1024,
+    )
     return jnp.sum(jnp.asarray(weights(1, y0.shape[0])) * sol.ys)
 
 
@@ -391,10 +399,16 @@ PYTREE_T1 = 1.5
 
 def _pytree_loss(y0, rates, tol):
     sol = oc.diffeqsolve(
-        lambda t, y, k: jax.tree.map(lambda k, y: -k * y, k, y), oc.Bosh3(), 0.0, PYTREE_T1,
-        None, y0, rates, stepsize_controller=oc.PIDController(rtol=tol, atol=tol),
+        lambda t, y, k: jax.tree.map(lambda k, y: -k * y, k, y),
+        oc.Bosh3(),
+        0.0,
+        PYTREE_T1,
+        None,
+        y0,
+        rates,
+        stepsize_controller=oc.PIDController(rtol=tol, atol=tol),
         max_steps=1024,
-    )  # fmt: skip
+    )
     parts = [jnp.sum(jnp.asarray(_leaf_weights(y)) * y[0]) for y in jax.tree.leaves(sol.ys)]
     return sum(parts)
 
@@ -413,8 +427,9 @@ def test_random_pytree_state(structure, dtype, seed):
     """`y' = -k y` leafwise: `y = y0 exp(-k t)`, gradients in closed form."""
     rng = np.random.default_rng(seed)
     y0 = jax.tree.map(lambda s: rng.normal(size=s.shape).astype(dtype), structure, is_leaf=_is_leaf)
-    rates = jax.tree.map(lambda s: rng.uniform(0.2, 2.0, s.shape).astype(dtype), structure,
-                         is_leaf=_is_leaf)  # fmt: skip
+    rates = jax.tree.map(
+        lambda s: rng.uniform(0.2, 2.0, s.shape).astype(dtype), structure, is_leaf=_is_leaf
+    )
     tol = PYTREE_TOL[dtype]
     got = _pytree_gradient(y0, rates, tol)
     decay = jax.tree.map(lambda k: np.exp(-k.astype(np.float64) * PYTREE_T1), rates)

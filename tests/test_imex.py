@@ -133,8 +133,9 @@ def split_references(ts: tuple[float, ...]) -> np.ndarray:
     def field(t, y):
         return np.array([y[1], -np.sin(y[0]) + 0.3 * np.cos(t)]) + PENDULUM_A @ y
 
-    sol = scipy.integrate.solve_ivp(field, (0.0, max(ts)), SPLIT_Y0, method="Radau",
-                                    rtol=1e-12, atol=1e-14, dense_output=True)  # fmt: skip
+    sol = scipy.integrate.solve_ivp(
+        field, (0.0, max(ts)), SPLIT_Y0, method="Radau", rtol=1e-12, atol=1e-14, dense_output=True
+    )
     return sol.sol(np.asarray(ts)).T
 
 
@@ -160,9 +161,15 @@ def fisher_kpp_reference(n: int, ts: tuple[float, ...]) -> np.ndarray:
     """Rows: the solution at `ts`."""
     _, u0, d = fisher_kpp(n)
     sol = scipy.integrate.solve_ivp(
-        lambda t, u: d @ u + u * (1 - u), (0.0, ts[-1]), u0, method="Radau", rtol=1e-12,
-        atol=1e-14, jac=lambda t, u: d + np.diag(1 - 2 * u), t_eval=ts,
-    )  # fmt: skip
+        lambda t, u: d @ u + u * (1 - u),
+        (0.0, ts[-1]),
+        u0,
+        method="Radau",
+        rtol=1e-12,
+        atol=1e-14,
+        jac=lambda t, u: d + np.diag(1 - 2 * u),
+        t_eval=ts,
+    )
     return sol.y.T
 
 
@@ -192,7 +199,7 @@ def test_stable_where_the_explicit_method_blows_up(name):
     term = oc.MultiTerm(
         oc.ODETerm(lambda t, y, args: jnp.cos(t) * jnp.ones_like(y)),
         oc.ODETerm(lambda t, y, args: -1e4 * (y - jnp.sin(t))),
-    )  # fmt: skip
+    )
     y0 = jnp.zeros(1)
     imex = oc.diffeqsolve(term, SOLVERS[name](), 0.0, 2.0, 0.05, y0)
     assert abs(float(imex.ys[0, 0]) - np.sin(2.0)) < 1e-3
@@ -204,8 +211,16 @@ def test_stable_where_the_explicit_method_blows_up(name):
 def test_reaction_diffusion_matches_radau(name):
     term, u0, d = fisher_kpp(32)
     rtol, atol = 1e-6, 1e-9
-    sol = oc.diffeqsolve(term, SOLVERS[name](), 0.0, 2.0, None, jnp.asarray(u0), jnp.asarray(d),
-                         stepsize_controller=oc.PIDController(rtol=rtol, atol=atol))  # fmt: skip
+    sol = oc.diffeqsolve(
+        term,
+        SOLVERS[name](),
+        0.0,
+        2.0,
+        None,
+        jnp.asarray(u0),
+        jnp.asarray(d),
+        stepsize_controller=oc.PIDController(rtol=rtol, atol=atol),
+    )
     # The controller bounds local errors; the global error may reach a few times that
     # (Sil3 more: its error estimate compares two solutions of order 2; measured 16x).
     factor = 30.0 if name == "Sil3" else 10.0
@@ -228,8 +243,16 @@ def test_dense_output_converges_between_steps(name):
     )
 
     def solve(dt0, ts):
-        sol = oc.diffeqsolve(SPLIT, solver, 0.0, 2.0, dt0, jnp.asarray(SPLIT_Y0),
-                             saveat=oc.SaveAt(ts=ts), max_steps=181)  # fmt: skip
+        sol = oc.diffeqsolve(
+            SPLIT,
+            solver,
+            0.0,
+            2.0,
+            dt0,
+            jnp.asarray(SPLIT_Y0),
+            saveat=oc.SaveAt(ts=ts),
+            max_steps=181,
+        )
         return sol.ys
 
     ys = jax.jit(jax.vmap(solve))(2.0 / jnp.asarray(num_steps, float), jnp.asarray(tss))
@@ -247,10 +270,19 @@ def _loss(args, solver, adjoint, t0=0.0, t1=1.0, controller=None, dt0=0.05):
     term = oc.MultiTerm(
         oc.ODETerm(lambda t, y, a: a[0] * jnp.stack([y[1], -jnp.sin(y[0])])),
         oc.ODETerm(lambda t, y, a: a[1] * (jnp.asarray(PENDULUM_A, y.dtype) @ y)),
-    )  # fmt: skip
-    sol = oc.diffeqsolve(term, solver, t0, t1, dt0, jnp.asarray(SPLIT_Y0, args.dtype), args,
-                         stepsize_controller=controller or oc.ConstantStepSize(),
-                         saveat=oc.SaveAt(ts=jnp.linspace(t0, t1, 3)), adjoint=adjoint)  # fmt: skip
+    )
+    sol = oc.diffeqsolve(
+        term,
+        solver,
+        t0,
+        t1,
+        dt0,
+        jnp.asarray(SPLIT_Y0, args.dtype),
+        args,
+        stepsize_controller=controller or oc.ConstantStepSize(),
+        saveat=oc.SaveAt(ts=jnp.linspace(t0, t1, 3)),
+        adjoint=adjoint,
+    )
     return jnp.sum(sol.ys**2)
 
 
@@ -272,8 +304,12 @@ def test_gradient_against_finite_differences(adjoint, direction):
     """The discrete gradient (fixed steps) for the checkpointed adjoint; the continuous
     adjoints approximate the exact one, so they get tight adaptive steps."""
     continuous = adjoint in ("backsolve", "interpolating")
-    kwargs = dict(t0=direction * 0.0, t1=direction * 1.0, dt0=direction * 0.05,
-                  controller=PID if continuous else None)  # fmt: skip
+    kwargs = dict(
+        t0=direction * 0.0,
+        t1=direction * 1.0,
+        dt0=direction * 0.05,
+        controller=PID if continuous else None,
+    )
     loss = functools.partial(
         _loss, solver=oc.KenCarp3(**TIGHT), adjoint=ADJOINTS[adjoint], **kwargs
     )
@@ -286,7 +322,7 @@ def test_replay_from_checkpoints_gives_the_stored_gradient_bit_for_bit(name):
     stored = jax.jit(jax.grad(lambda a: _loss(a, solver, oc.CheckpointAdjoint(), controller=pid)))
     replayed = jax.jit(
         jax.grad(lambda a: _loss(a, solver, oc.CheckpointAdjoint(checkpoints=3), controller=pid))
-    )  # fmt: skip
+    )
     np.testing.assert_array_equal(stored(jnp.asarray(ARGS)), replayed(jnp.asarray(ARGS)))
 
 
@@ -302,7 +338,7 @@ def test_forward_mode_matches_reverse_mode():
 def test_vmap_matches_separate_solves():
     solver = oc.KenCarp4()
     batch = jnp.stack([jnp.asarray(ARGS), 1.5 * jnp.asarray(ARGS)])
-    loss = lambda a: _loss(a, solver, oc.CheckpointAdjoint(), controller=PID)  # noqa: E731
+    loss = lambda a: _loss(a, solver, oc.CheckpointAdjoint(), controller=PID)
     batched = jax.vmap(jax.value_and_grad(loss))(batch)
     separate = jax.lax.map(jax.value_and_grad(loss), batch)
     np.testing.assert_allclose(batched[0], separate[0], rtol=1e-12)
@@ -312,9 +348,16 @@ def test_vmap_matches_separate_solves():
 @slow
 def test_float32():
     term, u0, d = fisher_kpp(16)
-    sol = oc.diffeqsolve(term, oc.KenCarp4(), 0.0, 1.0, None, jnp.asarray(u0, jnp.float32),
-                         jnp.asarray(d, jnp.float32),
-                         stepsize_controller=oc.PIDController(rtol=1e-4, atol=1e-6))  # fmt: skip
+    sol = oc.diffeqsolve(
+        term,
+        oc.KenCarp4(),
+        0.0,
+        1.0,
+        None,
+        jnp.asarray(u0, jnp.float32),
+        jnp.asarray(d, jnp.float32),
+        stepsize_controller=oc.PIDController(rtol=1e-4, atol=1e-6),
+    )
     assert sol.ys.dtype == jnp.float32
     assert scaled_error(sol.ys[0], fisher_kpp_reference(16, (1.0,))[0], 1e-4, 1e-6) <= 10.0
 
@@ -326,10 +369,17 @@ def test_pytree_and_complex_states_against_closed_form():
     term = oc.MultiTerm(
         oc.ODETerm(lambda t, y, a: {"z": 3j * y["z"], "x": -0.25 * y["x"]}),
         oc.ODETerm(lambda t, y, a: {"z": -2.0 * y["z"], "x": -0.75 * y["x"]}),
-    )  # fmt: skip
+    )
     y0 = {"z": jnp.array([1.0 + 0.5j]), "x": jnp.array([2.0, 3.0])}
-    sol = oc.diffeqsolve(term, oc.KenCarp5(), 0.0, 1.0, None, y0,
-                         stepsize_controller=oc.PIDController(rtol=1e-9, atol=1e-11))  # fmt: skip
+    sol = oc.diffeqsolve(
+        term,
+        oc.KenCarp5(),
+        0.0,
+        1.0,
+        None,
+        y0,
+        stepsize_controller=oc.PIDController(rtol=1e-9, atol=1e-11),
+    )
     np.testing.assert_allclose(sol.ys["z"][0], np.exp(-2 + 3j) * (1 + 0.5j), rtol=1e-7)
     np.testing.assert_allclose(sol.ys["x"][0], np.exp(-1.0) * np.array([2.0, 3.0]), rtol=1e-7)
 
@@ -337,8 +387,12 @@ def test_pytree_and_complex_states_against_closed_form():
 @slow
 def test_strict_promotion_gives_standard_results_bit_for_bit():
     def run():
-        loss = lambda a: _loss(a, oc.KenCarp3(), oc.CheckpointAdjoint(checkpoints=3),  # noqa: E731
-                               controller=oc.PIDController(rtol=1e-5, atol=1e-7))  # fmt: skip
+        loss = lambda a: _loss(
+            a,
+            oc.KenCarp3(),
+            oc.CheckpointAdjoint(checkpoints=3),
+            controller=oc.PIDController(rtol=1e-5, atol=1e-7),
+        )
         return jax.value_and_grad(loss)(jnp.asarray(ARGS, jnp.float32))
 
     with jax.numpy_dtype_promotion("standard"):
@@ -360,7 +414,7 @@ def test_parts_survive_time_reversal_and_closure_conversion():
     term = oc.MultiTerm(
         oc.ODETerm(lambda t, y, a: (calls.append("explicit"), -y)[1]),
         oc.ODETerm(lambda t, y, a: (calls.append("implicit"), -2.0 * y)[1]),
-    )  # fmt: skip
+    )
     sol = oc.diffeqsolve(term, oc.KenCarp3(), 1.0, 0.0, -0.1, jnp.array([1.0]))
     np.testing.assert_allclose(sol.ys[0, 0], np.exp(3.0), rtol=1e-3)
     assert {"explicit", "implicit"} <= set(calls)

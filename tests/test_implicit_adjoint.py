@@ -23,11 +23,18 @@ def _field(t, y, args):
 
 def _steady(k, c, y0, adjoint=None):
     sol = oc.diffeqsolve(
-        _field, oc.Tsit5(), 0.0, jnp.inf, None, y0, args=(k, c), max_steps=None,
+        _field,
+        oc.Tsit5(),
+        0.0,
+        jnp.inf,
+        None,
+        y0,
+        args=(k, c),
+        max_steps=None,
         stepsize_controller=oc.PIDController(rtol=1e-10, atol=1e-10),
         event=oc.Event(oc.steady_state_event()),
         adjoint=oc.ImplicitAdjoint() if adjoint is None else adjoint,
-    )  # fmt: skip
+    )
     return sol.ys[0]
 
 
@@ -59,10 +66,17 @@ def test_parameters_held_by_the_vector_field_under_vmap():
 
     def steady(c):
         return oc.diffeqsolve(
-            lambda t, y, args: c - K * y - 0.1 * y**3, oc.Tsit5(), 0.0, jnp.inf, None, 0.5,
-            max_steps=None, stepsize_controller=oc.PIDController(rtol=1e-10, atol=1e-10),
-            event=oc.Event(oc.steady_state_event()), adjoint=oc.ImplicitAdjoint(),
-        ).ys[0]  # fmt: skip
+            lambda t, y, args: c - K * y - 0.1 * y**3,
+            oc.Tsit5(),
+            0.0,
+            jnp.inf,
+            None,
+            0.5,
+            max_steps=None,
+            stepsize_controller=oc.PIDController(rtol=1e-10, atol=1e-10),
+            event=oc.Event(oc.steady_state_event()),
+            adjoint=oc.ImplicitAdjoint(),
+        ).ys[0]
 
     cs = jnp.asarray(C)
     np.testing.assert_allclose(jax.vmap(steady)(cs), roots, rtol=1e-7)
@@ -71,5 +85,14 @@ def test_parameters_held_by_the_vector_field_under_vmap():
 
 def test_refuses_outputs_other_than_the_final_state():
     with pytest.raises(ValueError, match="differentiates the final"):
-        oc.diffeqsolve(_field, oc.Tsit5(), 0.0, 1.0, 0.1, jnp.asarray(Y0), args=(K, C),
-                       saveat=oc.SaveAt(ts=[0.5]), adjoint=oc.ImplicitAdjoint())  # fmt: skip
+        oc.diffeqsolve(
+            _field,
+            oc.Tsit5(),
+            0.0,
+            1.0,
+            0.1,
+            jnp.asarray(Y0),
+            args=(K, C),
+            saveat=oc.SaveAt(ts=[0.5]),
+            adjoint=oc.ImplicitAdjoint(),
+        )

@@ -44,7 +44,7 @@ def forced(t, y, args):
 
 def forced_exact(t, y0, k, w):
     """`y(t)` of `forced` from `y(0) = y0` (variation of constants)."""
-    particular = lambda s: (k * jnp.sin(w * s) - w * jnp.cos(w * s)) / (k**2 + w**2)  # noqa: E731
+    particular = lambda s: (k * jnp.sin(w * s) - w * jnp.cos(w * s)) / (k**2 + w**2)
     return (y0 - particular(0.0)) * jnp.exp(-k * t) + particular(t)
 
 
@@ -108,8 +108,9 @@ def test_error_estimate_drives_the_controller():
 
     def solve(rtol):
         controller = oc.PIDController(rtol=rtol, atol=rtol * 1e-2)
-        sol = oc.diffeqsolve(forced, SOLVER, 0.0, 2.0, None, Y0, ARGS,
-                             stepsize_controller=controller, max_steps=4096)  # fmt: skip
+        sol = oc.diffeqsolve(
+            forced, SOLVER, 0.0, 2.0, None, Y0, ARGS, stepsize_controller=controller, max_steps=4096
+        )
         return sol.ys[0], int(sol.stats["num_accepted_steps"])
 
     exact = np.asarray(forced_exact(2.0, Y0, 1.3, 2.0))
@@ -123,8 +124,9 @@ def test_error_estimate_drives_the_controller():
 def test_dense_output_is_linear_between_steps():
     """`SaveAt(ts)` inside a step is the straight line between its end values."""
     ts = jnp.array([0.05, 0.13, 0.37])
-    steps = oc.diffeqsolve(forced, SOLVER, 0.0, 0.4, 0.1, Y0, ARGS, saveat=oc.SaveAt(steps=True),
-                           max_steps=8)  # fmt: skip
+    steps = oc.diffeqsolve(
+        forced, SOLVER, 0.0, 0.4, 0.1, Y0, ARGS, saveat=oc.SaveAt(steps=True), max_steps=8
+    )
     dense = oc.diffeqsolve(forced, SOLVER, 0.0, 0.4, 0.1, Y0, ARGS, saveat=oc.SaveAt(ts=ts))
     grid = np.concatenate([[0.0], np.asarray(steps.ts)[:4]])
     values = np.concatenate([np.asarray(Y0)[None], np.asarray(steps.ys)[:4]])
@@ -158,18 +160,34 @@ def test_backwards_in_time():
 @slow
 def test_robertson_against_radau():
     rtol, atol = 1e-4, 1e-8
-    sol = oc.diffeqsolve(robertson, SOLVER, 0.0, 1e5, None, jnp.asarray(ROBERTSON_Y0),
-                         jnp.asarray(ROBERTSON_K), max_steps=4096,
-                         stepsize_controller=oc.PIDController(rtol=rtol, atol=atol))  # fmt: skip
+    sol = oc.diffeqsolve(
+        robertson,
+        SOLVER,
+        0.0,
+        1e5,
+        None,
+        jnp.asarray(ROBERTSON_Y0),
+        jnp.asarray(ROBERTSON_K),
+        max_steps=4096,
+        stepsize_controller=oc.PIDController(rtol=rtol, atol=atol),
+    )
     assert scaled_error(sol.ys[0], radau("robertson", 1e5)[0], rtol, atol) <= 200
 
 
 @slow
 def test_van_der_pol_against_radau():
     tol = 1e-4
-    sol = oc.diffeqsolve(van_der_pol, SOLVER, 0.0, 3000.0, None, jnp.array([2.0, 0.0]), 1000.0,
-                         stepsize_controller=oc.PIDController(rtol=tol, atol=tol),
-                         max_steps=16384)  # fmt: skip
+    sol = oc.diffeqsolve(
+        van_der_pol,
+        SOLVER,
+        0.0,
+        3000.0,
+        None,
+        jnp.array([2.0, 0.0]),
+        1000.0,
+        stepsize_controller=oc.PIDController(rtol=tol, atol=tol),
+        max_steps=16384,
+    )
     assert scaled_error(sol.ys[0], radau("van_der_pol", 3000.0)[0], tol, tol) <= 800
 
 
@@ -192,9 +210,17 @@ def test_global_error_multiple_is_diffrax_s(name):
     for lib in (oc, diffrax):
         term = diffrax.ODETerm(field) if lib is diffrax else field
         controller = lib.PIDController(rtol=rtol, atol=atol)
-        sol = lib.diffeqsolve(term, getattr(lib, name)(), 0.0, t1, None, jnp.asarray(y0),
-                              jnp.asarray(args), max_steps=65536,
-                              stepsize_controller=controller)  # fmt: skip
+        sol = lib.diffeqsolve(
+            term,
+            getattr(lib, name)(),
+            0.0,
+            t1,
+            None,
+            jnp.asarray(y0),
+            jnp.asarray(args),
+            max_steps=65536,
+            stepsize_controller=controller,
+        )
         errors[lib] = scaled_error(sol.ys[-1], ref, rtol, atol)
     assert errors[oc] > 1.0  # the global error does exceed the local tolerance
     assert errors[oc] <= 1.1 * errors[diffrax]
@@ -206,8 +232,17 @@ def test_global_error_multiple_is_diffrax_s(name):
 
 def _loss(adjoint, solver=TIGHT, dt0=0.05):
     def loss(y0, args):
-        sol = oc.diffeqsolve(forced, solver, 0.0, 1.0, dt0, y0, args, adjoint=adjoint,
-                             saveat=oc.SaveAt(ts=jnp.array([0.3, 1.0])))  # fmt: skip
+        sol = oc.diffeqsolve(
+            forced,
+            solver,
+            0.0,
+            1.0,
+            dt0,
+            y0,
+            args,
+            adjoint=adjoint,
+            saveat=oc.SaveAt(ts=jnp.array([0.3, 1.0])),
+        )
         return jnp.sum(sol.ys**2)
 
     return loss
@@ -227,8 +262,7 @@ DISCRETE = {
 def test_gradient_of_the_discrete_solve_against_finite_differences(adjoint):
     """The checkpointed and forward-mode derivatives are those of the computed solve."""
     adjoint, ad = DISCRETE[adjoint]
-    odeckpt.testing.assert_grads_close(_loss(adjoint), Y0, ARGS, argnums=(0, 1), ad=ad,
-                                       rtol=1e-7)  # fmt: skip
+    odeckpt.testing.assert_grads_close(_loss(adjoint), Y0, ARGS, argnums=(0, 1), ad=ad, rtol=1e-7)
 
 
 def test_replayed_steps_repeat_the_forward_pass():
@@ -246,7 +280,7 @@ def test_replayed_steps_repeat_the_forward_pass():
 
 def _exact_loss(y0, args):
     k, w = args
-    at = lambda t: forced_exact(t, y0, k, w)  # noqa: E731
+    at = lambda t: forced_exact(t, y0, k, w)
     return jnp.sum(at(0.3) ** 2) + jnp.sum(at(1.0) ** 2)
 
 
@@ -265,7 +299,7 @@ def test_continuous_adjoints_converge_to_the_exact_gradient(cls):
 @slow
 def test_vmap_matches_separate_solves():
     y0s = jnp.array([[1.0, -0.5], [0.2, 3.0], [-1.0, 0.0]])
-    solve = lambda y0: oc.diffeqsolve(forced, SOLVER, 0.0, 1.0, 0.1, y0, ARGS).ys[0]  # noqa: E731
+    solve = lambda y0: oc.diffeqsolve(forced, SOLVER, 0.0, 1.0, 0.1, y0, ARGS).ys[0]
     batched = jax.jit(jax.vmap(solve))(y0s)
     for i in range(3):
         np.testing.assert_allclose(batched[i], jax.jit(solve)(y0s[i]), rtol=1e-12, atol=1e-14)
@@ -307,8 +341,16 @@ def test_strict_promotion_with_complex64_and_float32():
     y0, args = jnp.array([1.0 + 0.5j, -0.3j], jnp.complex64), jnp.float32(2.0)
 
     def loss(y0, args):
-        sol = oc.diffeqsolve(schrodinger, SOLVER, 0.0, 1.0, 0.1, y0, args,
-                             adjoint=oc.CheckpointAdjoint(checkpoints=3))  # fmt: skip
+        sol = oc.diffeqsolve(
+            schrodinger,
+            SOLVER,
+            0.0,
+            1.0,
+            0.1,
+            y0,
+            args,
+            adjoint=oc.CheckpointAdjoint(checkpoints=3),
+        )
         return jnp.sum(jnp.abs(sol.ys) ** 2)
 
     with jax.numpy_dtype_promotion("strict"):
@@ -341,9 +383,17 @@ def test_newton_failure_rejects_the_step():
     solver, y0 = oc.ImplicitEuler(max_iters=1), jnp.array([2.0, 0.0])
     constant = oc.diffeqsolve(van_der_pol, solver, 0.0, 1.0, 0.5, y0, 1000.0, throw=False)
     assert int(constant.result) == oc.RESULTS.implicit_solve_failed
-    adaptive = oc.diffeqsolve(van_der_pol, oc.ImplicitEuler(max_iters=2), 0.0, 1.0, 0.5, y0,
-                              1000.0, stepsize_controller=oc.PIDController(rtol=1e-3, atol=1e-3),
-                              max_steps=512)  # fmt: skip
+    adaptive = oc.diffeqsolve(
+        van_der_pol,
+        oc.ImplicitEuler(max_iters=2),
+        0.0,
+        1.0,
+        0.5,
+        y0,
+        1000.0,
+        stepsize_controller=oc.PIDController(rtol=1e-3, atol=1e-3),
+        max_steps=512,
+    )
     assert int(adaptive.stats["num_rejected_steps"]) >= 1
     assert int(adaptive.result) == oc.RESULTS.successful
 
@@ -352,8 +402,7 @@ def test_diffrax_spellings_and_classes():
     """As diffrax's: `root_finder=VeryChord(...)`, `root_find_max_steps`, the tolerances
     replaceable with `eqx.tree_at` (as diffrax's tests do), and the abstract classes
     (implicit and adaptive, not a Runge–Kutta method)."""
-    solver = oc.ImplicitEuler(root_finder=oc.VeryChord(rtol=1e-3, atol=1e-6),
-                              root_find_max_steps=5)  # fmt: skip
+    solver = oc.ImplicitEuler(root_finder=oc.VeryChord(rtol=1e-3, atol=1e-6), root_find_max_steps=5)
     assert solver.rtol == 1e-5 and solver.atol == 1e-8 and solver.max_iters == 5
     assert oc.ImplicitEuler().root_find_max_steps == 10
     replaced = eqx.tree_at(lambda s: (s.root_finder.rtol, s.root_finder.atol), SOLVER, (1e-3, 1e-6))
@@ -369,9 +418,23 @@ def test_scipy_radau_on_a_short_stiff_interval():
     """A cheap stiff reference for the default run: Robertson to t = 40 at rtol 1e-4
     (a few hundred steps) within 200x the tolerance of `solve_ivp(Radau, rtol=1e-12)`."""
     f = jax.jit(lambda t, y: robertson(t, y, jnp.asarray(ROBERTSON_K)))
-    ref = scipy.integrate.solve_ivp(lambda t, y: np.asarray(f(t, y)), (0.0, 40.0), ROBERTSON_Y0,
-                                    method="Radau", rtol=1e-12, atol=1e-20).y[:, -1]  # fmt: skip
-    sol = oc.diffeqsolve(robertson, SOLVER, 0.0, 40.0, None, jnp.asarray(ROBERTSON_Y0),
-                         jnp.asarray(ROBERTSON_K), max_steps=4096,
-                         stepsize_controller=oc.PIDController(rtol=1e-4, atol=1e-8))  # fmt: skip
+    ref = scipy.integrate.solve_ivp(
+        lambda t, y: np.asarray(f(t, y)),
+        (0.0, 40.0),
+        ROBERTSON_Y0,
+        method="Radau",
+        rtol=1e-12,
+        atol=1e-20,
+    ).y[:, -1]
+    sol = oc.diffeqsolve(
+        robertson,
+        SOLVER,
+        0.0,
+        40.0,
+        None,
+        jnp.asarray(ROBERTSON_Y0),
+        jnp.asarray(ROBERTSON_K),
+        max_steps=4096,
+        stepsize_controller=oc.PIDController(rtol=1e-4, atol=1e-8),
+    )
     assert scaled_error(sol.ys[0], ref, 1e-4, 1e-8) <= 200

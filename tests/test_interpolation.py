@@ -430,11 +430,18 @@ def _solve(ys, kind, adjoint, direction, controller=None, dtype=jnp.float64):
     dt0 = None if controller is None else 0.1 * direction
     controller = oc.StepTo(jnp.asarray(grid, dtype)) if controller is None else controller
     sol = oc.diffeqsolve(
-        oc.ODETerm(_field), oc.Tsit5(), jnp.asarray(t0, dtype), jnp.asarray(t1, dtype),
-        dt0, jnp.asarray(1.0, dtype),
-        _forcing(ys, kind, dtype), saveat=oc.SaveAt(ts=jnp.linspace(t0, t1, 5, dtype=dtype)[1:]),
-        stepsize_controller=controller, adjoint=adjoint, max_steps=1024,
-    )  # fmt: skip
+        oc.ODETerm(_field),
+        oc.Tsit5(),
+        jnp.asarray(t0, dtype),
+        jnp.asarray(t1, dtype),
+        dt0,
+        jnp.asarray(1.0, dtype),
+        _forcing(ys, kind, dtype),
+        saveat=oc.SaveAt(ts=jnp.linspace(t0, t1, 5, dtype=dtype)[1:]),
+        stepsize_controller=controller,
+        adjoint=adjoint,
+        max_steps=1024,
+    )
     return sol.ys
 
 
@@ -456,8 +463,15 @@ def _reference(ys, kind, direction, y0=1.0):
     save = np.linspace(knots[0], knots[-1], 5)[1:]
     out, y = [], y0
     for a, b in zip(knots[:-1], knots[1:], strict=True):
-        sol = scipy.integrate.solve_ivp(lambda t, y: -y + forcing(t), (a, b), [y], method="DOP853",
-                                        dense_output=True, rtol=1e-13, atol=1e-13)  # fmt: skip
+        sol = scipy.integrate.solve_ivp(
+            lambda t, y: -y + forcing(t),
+            (a, b),
+            [y],
+            method="DOP853",
+            dense_output=True,
+            rtol=1e-13,
+            atol=1e-13,
+        )
         out += [sol.sol(t)[0] for t in save if (a < t <= b if b > a else b <= t < a)]
         y = sol.y[0, -1]
     return np.array(out)
@@ -482,18 +496,25 @@ DIRECTIONS = {"forward": 1, "backward": -1}
 
 @pytest.mark.parametrize(
     "kind, direction",
-    [("cubic", "forward"), ("linear", "backward"),
-     pytest.param("linear", "forward", marks=pytest.mark.slow),
-     pytest.param("cubic", "backward", marks=pytest.mark.slow)],
-)  # fmt: skip
+    [
+        ("cubic", "forward"),
+        ("linear", "backward"),
+        pytest.param("linear", "forward", marks=pytest.mark.slow),
+        pytest.param("cubic", "backward", marks=pytest.mark.slow),
+    ],
+)
 def test_forced_ode_matches_scipy(kind, direction):
     got = _solve(jnp.asarray(FORCING_YS), kind, oc.CheckpointAdjoint(), DIRECTIONS[direction])
     expected = _reference(FORCING_YS, kind, DIRECTIONS[direction])
     np.testing.assert_allclose(got, expected, rtol=1e-7, atol=1e-8)
 
 
-_QUICK = {("checkpoint", "cubic", "forward"), ("checkpoint_3", "linear", "backward"),
-          ("backsolve", "linear", "forward"), ("interpolating", "cubic", "backward")}  # fmt: skip
+_QUICK = {
+    ("checkpoint", "cubic", "forward"),
+    ("checkpoint_3", "linear", "backward"),
+    ("backsolve", "linear", "forward"),
+    ("interpolating", "cubic", "backward"),
+}
 """The default run keeps these (each adjoint, kind and direction once); the rest are
 marked slow."""
 
@@ -506,8 +527,9 @@ GRADIENT_CASES = [
 @pytest.mark.parametrize("adjoint, kind, direction", GRADIENT_CASES)
 def test_forced_ode_gradient_in_the_data(adjoint, kind, direction):
     """Against the gradient SciPy's solutions give."""
-    loss = functools.partial(_loss, kind=kind, adjoint=ADJOINTS[adjoint],
-                             direction=DIRECTIONS[direction])  # fmt: skip
+    loss = functools.partial(
+        _loss, kind=kind, adjoint=ADJOINTS[adjoint], direction=DIRECTIONS[direction]
+    )
     grad = jax.grad(loss)(jnp.asarray(FORCING_YS))
     expected = _reference_gradient(kind, DIRECTIONS[direction])
     np.testing.assert_allclose(grad, expected, rtol=1e-6, atol=1e-7)
@@ -531,8 +553,9 @@ def test_forced_ode_forward_mode(kind):
 
 def test_forced_ode_under_vmap_in_float32():
     batch = jnp.stack([FORCING_YS, -2 * FORCING_YS]).astype(jnp.float32)
-    loss = functools.partial(_loss, kind="cubic", adjoint=oc.CheckpointAdjoint(), direction=1,
-                             dtype=jnp.float32)  # fmt: skip
+    loss = functools.partial(
+        _loss, kind="cubic", adjoint=oc.CheckpointAdjoint(), direction=1, dtype=jnp.float32
+    )
     values = jax.vmap(loss)(batch)
     assert values.dtype == jnp.float32
     expected = [WEIGHTS @ _reference(np.asarray(ys, np.float64), "cubic", 1) for ys in batch]
@@ -542,8 +565,13 @@ def test_forced_ode_under_vmap_in_float32():
 @pytest.mark.slow
 def test_forced_ode_gradient_under_vmap_in_float32():
     batch = jnp.stack([FORCING_YS, -2 * FORCING_YS]).astype(jnp.float32)
-    loss = functools.partial(_loss, kind="cubic", adjoint=oc.CheckpointAdjoint(checkpoints=3),
-                             direction=1, dtype=jnp.float32)  # fmt: skip
+    loss = functools.partial(
+        _loss,
+        kind="cubic",
+        adjoint=oc.CheckpointAdjoint(checkpoints=3),
+        direction=1,
+        dtype=jnp.float32,
+    )
     grads = jax.vmap(jax.grad(loss))(batch)
     assert grads.dtype == jnp.float32
     expected = np.tile(_reference_gradient("cubic", 1), (2, 1))

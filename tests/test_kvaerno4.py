@@ -21,8 +21,16 @@ def test_order_four_backwards_in_time():
     num_steps = np.array([16, 23, 32, 45])
 
     def solve(dt0):
-        return oc.diffeqsolve(linear_forced, SOLVER, 2.0, 0.0, dt0, manufactured(2.0),
-                              jnp.asarray(LINEAR_A), max_steps=64).ys[0]  # fmt: skip
+        return oc.diffeqsolve(
+            linear_forced,
+            SOLVER,
+            2.0,
+            0.0,
+            dt0,
+            manufactured(2.0),
+            jnp.asarray(LINEAR_A),
+            max_steps=64,
+        ).ys[0]
 
     ys = np.asarray(jax.jit(jax.vmap(solve))(-2.0 / jnp.asarray(num_steps, float)))
     errors = np.max(np.abs(ys - np.asarray(manufactured(0.0))), axis=1)
@@ -42,10 +50,20 @@ def test_gradient_of_the_discrete_solve_against_finite_differences(adjoint, ad):
     solution), so its derivatives are ~1e-5 with FD noise ~5e-10."""
 
     def loss(y0, a):
-        sol = oc.diffeqsolve(linear_forced, SOLVER, 0.0, 1.0, 0.1, y0, a, adjoint=adjoint,
-                             saveat=oc.SaveAt(ts=jnp.array([0.35, 1.0])))  # fmt: skip
+        sol = oc.diffeqsolve(
+            linear_forced,
+            SOLVER,
+            0.0,
+            1.0,
+            0.1,
+            y0,
+            a,
+            adjoint=adjoint,
+            saveat=oc.SaveAt(ts=jnp.array([0.35, 1.0])),
+        )
         return jnp.sum(sol.ys**2)
 
     argnums = (0,) if ad == "reverse" else (0, 1)  # `A` in the slow forward-mode case
-    odeckpt.testing.assert_grads_close(loss, manufactured(0.0), jnp.asarray(LINEAR_A),
-                                       argnums=argnums, ad=ad, rtol=1e-7, atol=1e-9)  # fmt: skip
+    odeckpt.testing.assert_grads_close(
+        loss, manufactured(0.0), jnp.asarray(LINEAR_A), argnums=argnums, ad=ad, rtol=1e-7, atol=1e-9
+    )

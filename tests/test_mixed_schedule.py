@@ -115,8 +115,14 @@ def test_validate_rejects_broken_mixed_plans():
     with pytest.raises(ValueError, match="no tape of this step"):
         S.validate(broken([Advance(0, 2), Reverse(2), ReverseTaped(1), Reverse(0)], taped=2))
     with pytest.raises(ValueError, match="never used"):
-        S.validate(broken([Store(0, 0), TapeStep(0), Reverse(1), Restore(0, 0), Reverse(0)], n=2,
-                          taped=3, max_live=2))  # fmt: skip
+        S.validate(
+            broken(
+                [Store(0, 0), TapeStep(0), Reverse(1), Restore(0, 0), Reverse(0)],
+                n=2,
+                taped=3,
+                max_live=2,
+            )
+        )
     with pytest.raises(ValueError, match="not in hand"):
         S.validate(broken([TapeStep(1)]))
 

@@ -39,8 +39,9 @@ def _exact(a, y0, t):
 
 
 def _solve(solver, a, y0, controller, dt0=0.1, t1=2.0):
-    return oc.diffeqsolve(_terms(), solver, 0.0, t1, dt0, y0, args=a,
-                          stepsize_controller=controller).ys[0]  # fmt: skip
+    return oc.diffeqsolve(
+        _terms(), solver, 0.0, t1, dt0, y0, args=a, stepsize_controller=controller
+    ).ys[0]
 
 
 @pytest.mark.parametrize("t1", [2.0, -2.0], ids=["forward", "backward"])
@@ -48,7 +49,7 @@ def test_additive_dopri5_equals_the_closed_form_and_dopri5(t1):
     a, y0 = jnp.asarray(0.8), jnp.asarray([1.0, -0.5])
     pid = oc.PIDController(rtol=1e-9, atol=1e-9)
     dt0 = 0.1 if t1 > 0 else -0.1
-    solve = lambda a, solver: _solve(solver, a, y0, pid, dt0, t1)  # noqa: E731
+    solve = lambda a, solver: _solve(solver, a, y0, pid, dt0, t1)
     np.testing.assert_allclose(solve(a, _DoubleDopri5()), _exact(a, y0, t1), rtol=1e-7)
     # One tableau for every term: Dopri5 on the summed field, to round-off.
     np.testing.assert_allclose(solve(a, _DoubleDopri5()), solve(a, oc.Dopri5()), rtol=1e-12)
@@ -59,8 +60,10 @@ def test_additive_dopri5_equals_the_closed_form_and_dopri5(t1):
 def test_non_fsal_pair_converges_at_second_order():
     a, y0 = 0.8, jnp.asarray(1.0)
     steps = oc.ConstantStepSize()
-    errors = [abs(float(_solve(_TwoHeun(), a, y0, steps, dt0=h)) - float(_exact(a, 1.0, 2.0)))
-              for h in (0.1, 0.05)]  # fmt: skip
+    errors = [
+        abs(float(_solve(_TwoHeun(), a, y0, steps, dt0=h)) - float(_exact(a, 1.0, 2.0)))
+        for h in (0.1, 0.05)
+    ]
     assert 3.6 < errors[0] / errors[1] < 4.4
 
 

@@ -95,8 +95,9 @@ def test_energy_error_stays_bounded_on_the_pendulum():
     first tenth), where explicit Euler on the same field gains energy every step."""
     y0, ts = (jnp.array([1.2]), jnp.array([0.0])), jnp.linspace(0.0, 1000.0, 1001)[1:]
     terms = (oc.ODETerm(velocity), oc.ODETerm(pendulum_force))
-    sol = oc.diffeqsolve(terms, SOLVER, 0.0, 1000.0, 0.1, y0, saveat=oc.SaveAt(ts=ts),
-                         max_steps=10001)  # fmt: skip
+    sol = oc.diffeqsolve(
+        terms, SOLVER, 0.0, 1000.0, 0.1, y0, saveat=oc.SaveAt(ts=ts), max_steps=10001
+    )
     drift = np.asarray(_pendulum_energy(*sol.ys))[:, 0] - float(_pendulum_energy(*y0)[0])
     assert np.max(np.abs(drift)) < 0.1 * 0.5  # O(h), h = 0.1
     early, late = np.max(np.abs(drift[:100])), np.max(np.abs(drift[-100:]))
@@ -130,8 +131,17 @@ def test_map_is_symplectic():
 
 def _loss(adjoint, dt0=0.05):
     def loss(y0, w):
-        sol = oc.diffeqsolve(TERMS, SOLVER, 0.0, 1.0, dt0, y0, w, adjoint=adjoint,
-                             saveat=oc.SaveAt(ts=jnp.array([0.4, 1.0])))  # fmt: skip
+        sol = oc.diffeqsolve(
+            TERMS,
+            SOLVER,
+            0.0,
+            1.0,
+            dt0,
+            y0,
+            w,
+            adjoint=adjoint,
+            saveat=oc.SaveAt(ts=jnp.array([0.4, 1.0])),
+        )
         q, p = sol.ys
         return jnp.sum(q**2 * jnp.array([[1.0, 2.0]])) + jnp.sum(q * p)
 
@@ -215,8 +225,9 @@ def test_strict_promotion_with_complex64_and_float32():
     y0, w = (jnp.array([1.0 + 0.5j], jnp.complex64), jnp.array([-0.2j], jnp.complex64)), 1.7
 
     def loss(y0, w):
-        q, p = oc.diffeqsolve(TERMS, SOLVER, 0.0, 1.0, 0.1, y0, w,
-                              adjoint=oc.CheckpointAdjoint(checkpoints=3)).ys  # fmt: skip
+        q, p = oc.diffeqsolve(
+            TERMS, SOLVER, 0.0, 1.0, 0.1, y0, w, adjoint=oc.CheckpointAdjoint(checkpoints=3)
+        ).ys
         return jnp.sum(jnp.abs(q) ** 2 + jnp.abs(p) ** 2)
 
     with jax.numpy_dtype_promotion("strict"):
@@ -229,7 +240,7 @@ def test_strict_promotion_with_complex64_and_float32():
 @slow
 def test_pytree_halves():
     """`q` and `p` as dicts (a 2-D oscillator): the same numbers as the flat state."""
-    to_tree = lambda x: {"x": x[0], "y": x[1]}  # noqa: E731
+    to_tree = lambda x: {"x": x[0], "y": x[1]}
     terms = (
         oc.ODETerm(lambda t, p, w: p),
         oc.ODETerm(lambda t, q, w: jax.tree.map(lambda v: -(w**2) * v, q)),
@@ -247,9 +258,17 @@ def test_pytree_halves():
 def test_dense_output_and_derivative_of_the_whole_field():
     """`SaveAt(ts)` inside a step is the straight line between its ends, and
     `Solution.derivative` is that line's slope, `(y1 - y0) / h`."""
-    sol = oc.diffeqsolve(TERMS, SOLVER, 0.0, 0.2, 0.1, Y0, W,
-                         saveat=oc.SaveAt(ts=jnp.array([0.03, 0.1]), dense=True),
-                         max_steps=4)  # fmt: skip
+    sol = oc.diffeqsolve(
+        TERMS,
+        SOLVER,
+        0.0,
+        0.2,
+        0.1,
+        Y0,
+        W,
+        saveat=oc.SaveAt(ts=jnp.array([0.03, 0.1]), dense=True),
+        max_steps=4,
+    )
     q1, p1 = sol.ys
     y1 = jax.tree.map(lambda x: x[1], sol.ys)
     np.testing.assert_allclose(q1[0], Y0[0] + 0.3 * (y1[0] - Y0[0]), rtol=1e-14)
@@ -266,16 +285,29 @@ def test_half_solver_makes_it_adaptive():
     solver = oc.HalfSolver(SOLVER)
     assert solver.term_structure == (oc.AbstractTerm, oc.AbstractTerm)
     assert isinstance(solver, oc.AbstractAdaptiveSolver) and solver.error_order(None) == 2
-    sol = oc.diffeqsolve(TERMS, solver, 0.0, 3.0, None, Y0, W, max_steps=16384,
-                         stepsize_controller=oc.PIDController(rtol=1e-6, atol=1e-8))  # fmt: skip
+    sol = oc.diffeqsolve(
+        TERMS,
+        solver,
+        0.0,
+        3.0,
+        None,
+        Y0,
+        W,
+        max_steps=16384,
+        stepsize_controller=oc.PIDController(rtol=1e-6, atol=1e-8),
+    )
     exact = oscillator(3.0, Y0, W)
     error = max(float(jnp.max(jnp.abs(sol.ys[i][0] - exact[i]))) for i in range(2))
     assert error < 1e-3
 
 
 def test_classes_and_structure_match_diffrax():
-    marks = ["AbstractSolver", "AbstractAdaptiveSolver", "AbstractImplicitSolver",
-             "AbstractRungeKutta"]  # fmt: skip
+    marks = [
+        "AbstractSolver",
+        "AbstractAdaptiveSolver",
+        "AbstractImplicitSolver",
+        "AbstractRungeKutta",
+    ]
     ours = [m for m in marks if isinstance(SOLVER, getattr(oc, m))]
     theirs = [m for m in marks if isinstance(diffrax.SemiImplicitEuler(), getattr(diffrax, m))]
     assert ours == theirs == ["AbstractSolver"]

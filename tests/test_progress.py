@@ -15,8 +15,9 @@ TENTHS = "".join(f"{10 * k}.00%\n" for k in range(11))
 
 
 def _decay(t0, meter, dt0=0.01):
-    sol = oc.diffeqsolve(lambda t, y, a: -0.2 * y, oc.Dopri5(), t0, 5.0, dt0, jnp.ones(()),
-                         progress_meter=meter)  # fmt: skip
+    sol = oc.diffeqsolve(
+        lambda t, y, a: -0.2 * y, oc.Dopri5(), t0, 5.0, dt0, jnp.ones(()), progress_meter=meter
+    )
     return sol.ys
 
 
@@ -39,8 +40,15 @@ def test_text_meter_prints_diffrax_lines(run, capfd):
 
 def test_text_meter_under_grad_prints_once(capfd):
     def loss(p):
-        sol = oc.diffeqsolve(lambda t, y, a: -y, oc.Dopri5(), 0.0, 1.0, 0.1, p * jnp.ones(2),
-                             progress_meter=oc.TextProgressMeter())  # fmt: skip
+        sol = oc.diffeqsolve(
+            lambda t, y, a: -y,
+            oc.Dopri5(),
+            0.0,
+            1.0,
+            0.1,
+            p * jnp.ones(2),
+            progress_meter=oc.TextProgressMeter(),
+        )
         return sol.ys[-1, 0]
 
     _ = capfd.readouterr()
@@ -68,9 +76,16 @@ def test_tqdm_meter_draws_diffrax_bar(run, capfd):
 
 def test_tqdm_meter_works_with_gradients(capfd):
     def loss(y0):
-        sol = oc.diffeqsolve(lambda t, y, a: -y, oc.Tsit5(), 0.0, 5.0, 0.01, y0,
-                             adjoint=oc.CheckpointAdjoint(4),
-                             progress_meter=oc.TqdmProgressMeter())  # fmt: skip
+        sol = oc.diffeqsolve(
+            lambda t, y, a: -y,
+            oc.Tsit5(),
+            0.0,
+            5.0,
+            0.01,
+            y0,
+            adjoint=oc.CheckpointAdjoint(4),
+            progress_meter=oc.TqdmProgressMeter(),
+        )
         return sol.ys.sum()
 
     grad = jax.grad(loss)(jnp.ones(2))
@@ -81,8 +96,9 @@ def test_tqdm_meter_works_with_gradients(capfd):
 @pytest.mark.parametrize("meter", [None, oc.NoProgressMeter()])
 def test_meter_off_compiles_no_callback(meter):
     def solve(y0):
-        return oc.diffeqsolve(lambda t, y, a: -y, oc.Tsit5(), 0.0, 5.0, 0.01, y0,
-                              throw=False, progress_meter=meter).ys  # fmt: skip
+        return oc.diffeqsolve(
+            lambda t, y, a: -y, oc.Tsit5(), 0.0, 5.0, 0.01, y0, throw=False, progress_meter=meter
+        ).ys
 
     assert "callback" not in jax.jit(solve).lower(jnp.ones(2)).as_text()
 

@@ -117,10 +117,18 @@ def _bound(p: Problem, exact, y0, dtype, steps: int):
 def test_solve_matches_closed_form_or_fails_with_a_documented_result(p: Problem):
     ts = p.t0 + (p.t1 - p.t0) * np.asarray([0.25, 0.5, 1.0])
     sol = oc.diffeqsolve(
-        _field, p.solver, p.t0, p.t1, p.dt0, p.y0, args=p.k,
-        saveat=oc.SaveAt(ts=ts, t1=True), max_steps=p.max_steps, throw=False,
+        _field,
+        p.solver,
+        p.t0,
+        p.t1,
+        p.dt0,
+        p.y0,
+        args=p.k,
+        saveat=oc.SaveAt(ts=ts, t1=True),
+        max_steps=p.max_steps,
+        throw=False,
         stepsize_controller=oc.PIDController(rtol=p.rtol, atol=p.atol),
-    )  # fmt: skip
+    )
     result = oc.RESULTS(int(sol.result))
     steps = int(sol.stats["num_accepted_steps"])
     assert int(sol.stats["num_steps"]) <= p.max_steps
@@ -132,8 +140,9 @@ def test_solve_matches_closed_form_or_fails_with_a_documented_result(p: Problem)
     else:
         assert np.isinf(saved_ts[-1])  # the t1 row is marked, never a stale value
     exact = _exact(p, [*ts, p.t1])
-    for y, e, y0 in zip(jax.tree.leaves(sol.ys), jax.tree.leaves(exact), jax.tree.leaves(p.y0),
-                        strict=True):  # fmt: skip
+    for y, e, y0 in zip(
+        jax.tree.leaves(sol.ys), jax.tree.leaves(exact), jax.tree.leaves(p.y0), strict=True
+    ):
         assert y.dtype == y0.dtype
         y = np.asarray(y, np.float64)
         assert not np.any(np.isnan(y))

@@ -65,8 +65,9 @@ def test_collocation_conditions():
     """`B(5)`: the quadrature is exact to degree 4; `C(3)`, not `C(4)`: stage order 3;
     `c` are the zeros of the Radau right polynomial `d^2/dx^2 (x^2 (x - 1)^3)`."""
     a, c, b = TAB.matrix, np.asarray(TAB.c), TAB.matrix[-1]
-    np.testing.assert_allclose([b @ c ** (k - 1) for k in range(1, 6)],
-                               [1 / k for k in range(1, 6)], atol=1e-15)  # fmt: skip
+    np.testing.assert_allclose(
+        [b @ c ** (k - 1) for k in range(1, 6)], [1 / k for k in range(1, 6)], atol=1e-15
+    )
     for k in (1, 2, 3):
         np.testing.assert_allclose(a @ c ** (k - 1), c**k / k, atol=1e-15)
     assert np.max(np.abs(a @ c**3 - c**4 / 4)) > 1e-4
@@ -144,8 +145,17 @@ def test_dense_output_converges():
     ts = jnp.array([0.3137, 0.7771, 1.2345, 1.6183, 1.9013])
 
     def solve(dt0):
-        sol = oc.diffeqsolve(linear_forced, TIGHT, 0.0, 2.0, dt0, jnp.asarray(manufactured(0.0)),
-                             LINEAR_A, saveat=oc.SaveAt(ts=ts), max_steps=181)  # fmt: skip
+        sol = oc.diffeqsolve(
+            linear_forced,
+            TIGHT,
+            0.0,
+            2.0,
+            dt0,
+            jnp.asarray(manufactured(0.0)),
+            LINEAR_A,
+            saveat=oc.SaveAt(ts=ts),
+            max_steps=181,
+        )
         return sol.ys
 
     ys = jax.jit(jax.vmap(solve))(2.0 / jnp.asarray(num_steps, float))
@@ -162,9 +172,16 @@ def test_robertson_matches_scipy(rtol):
     atol = rtol * 1e-4
     solver = oc.RadauIIA5(rtol=rtol * 1e-3, atol=atol * 1e-3)
     sol = oc.diffeqsolve(
-        robertson, solver, 0.0, 1e5, None, jnp.asarray(ROBERTSON_Y0),
-        jnp.asarray(ROBERTSON_K), stepsize_controller=pid(rtol, atol), max_steps=4096,
-    )  # fmt: skip
+        robertson,
+        solver,
+        0.0,
+        1e5,
+        None,
+        jnp.asarray(ROBERTSON_Y0),
+        jnp.asarray(ROBERTSON_K),
+        stepsize_controller=pid(rtol, atol),
+        max_steps=4096,
+    )
     assert scaled_error(sol.ys[0], radau("robertson", 1e5)[0], rtol, atol) <= 1.0
 
 
@@ -173,10 +190,17 @@ def test_robertson_matches_scipy(rtol):
 def test_van_der_pol_matches_scipy(tol):
     ts = (500.0, 1500.0, 3000.0)  # the dense output between steps too
     sol = oc.diffeqsolve(
-        van_der_pol, SOLVER, 0.0, 3000.0, None, jnp.array([2.0, 0.0]), 1000.0,
-        saveat=oc.SaveAt(ts=jnp.asarray(ts)), stepsize_controller=pid(tol, tol),
+        van_der_pol,
+        SOLVER,
+        0.0,
+        3000.0,
+        None,
+        jnp.array([2.0, 0.0]),
+        1000.0,
+        saveat=oc.SaveAt(ts=jnp.asarray(ts)),
+        stepsize_controller=pid(tol, tol),
         max_steps=16384,
-    )  # fmt: skip
+    )
     assert scaled_error(sol.ys, radau("van_der_pol", 3000.0, ts), tol, tol) <= 1.0
 
 
@@ -187,8 +211,9 @@ def test_large_state_uses_the_transformed_system():
     assert 3 * n > rd.PLAIN_UNKNOWNS
     x = jnp.linspace(0.0, 1.0, n + 2)[1:-1]
     y0 = jnp.sin(jnp.pi * x) + 0.5 * jnp.sin(3 * jnp.pi * x)
-    sol = oc.diffeqsolve(heat, SOLVER, 0.0, 0.1, None, y0, 1.0,
-                         stepsize_controller=pid(rtol, atol), max_steps=1024)  # fmt: skip
+    sol = oc.diffeqsolve(
+        heat, SOLVER, 0.0, 0.1, None, y0, 1.0, stepsize_controller=pid(rtol, atol), max_steps=1024
+    )
     exact = jax.scipy.linalg.expm(0.1 * jax.jacfwd(heat, argnums=1)(0.0, y0, 1.0)) @ y0
     assert scaled_error(sol.ys[0], exact, rtol, atol) <= 1.0
 
@@ -204,8 +229,10 @@ def test_whole_and_transformed_newton_steps_agree(n):
 
     @jax.jit
     def increments(jac, fields, z):
-        return [rd.newton_increment(TAB, rd.newton_system(TAB, jac, h, whole=whole), h, fields, z)
-                for whole in (False, True)]  # fmt: skip
+        return [
+            rd.newton_increment(TAB, rd.newton_system(TAB, jac, h, whole=whole), h, fields, z)
+            for whole in (False, True)
+        ]
 
     got, expected = increments(jac, fields, z)
     np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-12)
@@ -232,8 +259,16 @@ def test_starting_values_extrapolate_the_previous_polynomial():
 def test_the_state_carries_the_accepted_steps_polynomial():
     """After a solve the state holds the last step's collocation polynomial (its dense
     output) and size; a checkpoint must store it (`init` cannot rebuild it)."""
-    sol = oc.diffeqsolve(van_der_pol, SOLVER, 0.0, 0.5, 0.1, jnp.array([2.0, 0.0]), 5.0,
-                         saveat=oc.SaveAt(t1=True, solver_state=True))  # fmt: skip
+    sol = oc.diffeqsolve(
+        van_der_pol,
+        SOLVER,
+        0.0,
+        0.5,
+        0.1,
+        jnp.array([2.0, 0.0]),
+        5.0,
+        saveat=oc.SaveAt(t1=True, solver_state=True),
+    )
     state = sol.solver_state
     assert not SOLVER.state_rebuildable
     np.testing.assert_allclose(state.h, 0.1, rtol=1e-12)
@@ -247,16 +282,26 @@ def test_newton_failure_rejects_the_step():
     """Two iterations are too few for a step of 0.5 on Van der Pol (mu = 1000): the
     controller shrinks the step until Newton converges."""
     solver, y0 = oc.RadauIIA5(max_iters=2), jnp.array([2.0, 0.0])
-    adaptive = oc.diffeqsolve(van_der_pol, solver, 0.0, 1.0, 0.5, y0, 1000.0,
-                              stepsize_controller=pid(1e-6, 1e-6), max_steps=512)  # fmt: skip
+    adaptive = oc.diffeqsolve(
+        van_der_pol,
+        solver,
+        0.0,
+        1.0,
+        0.5,
+        y0,
+        1000.0,
+        stepsize_controller=pid(1e-6, 1e-6),
+        max_steps=512,
+    )
     assert int(adaptive.stats["num_rejected_steps"]) >= 1
     assert int(adaptive.result) == oc.RESULTS.successful
 
 
 def test_newton_failure_ends_a_constant_step_solve():
     solver, y0 = oc.RadauIIA5(max_iters=2), jnp.array([2.0, 0.0])
-    constant = oc.diffeqsolve(van_der_pol, solver, 0.0, 1.0, 0.5, y0, 1000.0,
-                              max_steps=256, throw=False)  # fmt: skip
+    constant = oc.diffeqsolve(
+        van_der_pol, solver, 0.0, 1.0, 0.5, y0, 1000.0, max_steps=256, throw=False
+    )
     assert int(constant.result) == oc.RESULTS.implicit_solve_failed
 
 
@@ -284,8 +329,17 @@ def test_robertson_gradient_matches_forward_sensitivities(rtol):
     atol, solver = rtol * 1e-4, oc.RadauIIA5(rtol=rtol * 1e-3, atol=rtol * 1e-7)
 
     def loss(k):
-        sol = oc.diffeqsolve(robertson, solver, 0.0, 1e5, None, jnp.asarray(ROBERTSON_Y0),
-                             k, stepsize_controller=pid(rtol, atol), max_steps=4096)  # fmt: skip
+        sol = oc.diffeqsolve(
+            robertson,
+            solver,
+            0.0,
+            1e5,
+            None,
+            jnp.asarray(ROBERTSON_Y0),
+            k,
+            stepsize_controller=pid(rtol, atol),
+            max_steps=4096,
+        )
         return sol.ys[0] @ jnp.asarray(ROBERTSON_WEIGHTS)
 
     grad = np.asarray(jax.jit(jax.grad(loss))(jnp.asarray(ROBERTSON_K)))
@@ -296,10 +350,18 @@ def test_robertson_gradient_matches_forward_sensitivities(rtol):
 def _vdp_loss(adjoint, t0=0.0, t1=1.0, dtype=jnp.float64):
     def loss(mu):
         sol = oc.diffeqsolve(
-            van_der_pol, SOLVER, t0, t1, None, jnp.array([2.0, 0.0], dtype), mu,
-            stepsize_controller=pid(1e-6, 1e-8), max_steps=256, adjoint=adjoint,
+            van_der_pol,
+            SOLVER,
+            t0,
+            t1,
+            None,
+            jnp.array([2.0, 0.0], dtype),
+            mu,
+            stepsize_controller=pid(1e-6, 1e-8),
+            max_steps=256,
+            adjoint=adjoint,
             saveat=oc.SaveAt(ts=jnp.linspace(t0, t1, 4)),
-        )  # fmt: skip
+        )
         return jnp.sum(sol.ys**2)
 
     return loss
@@ -332,7 +394,7 @@ def test_forward_mode_matches_reverse_mode(stored_gradient):
     "adjoint",
     [oc.BacksolveAdjoint(solver=oc.Tsit5()), oc.InterpolatingAdjoint(solver=oc.Tsit5())],
     ids=["backsolve", "interpolating"],
-)  # fmt: skip
+)
 @slow
 def test_continuous_adjoints_with_an_explicit_adjoint_solver(adjoint, stored_gradient):
     continuous = jax.grad(_vdp_loss(adjoint))(jnp.asarray(5.0))
@@ -346,8 +408,9 @@ def test_backwards_in_time():
     y2, y0 = jnp.asarray(manufactured(2.0)), np.asarray(manufactured(0.0))
     constant = oc.diffeqsolve(linear_forced, TIGHT, 2.0, 0.0, -0.02, y2, LINEAR_A)
     np.testing.assert_allclose(constant.ys[0], y0, atol=1e-10)
-    adaptive = oc.diffeqsolve(linear_forced, TIGHT, 2.0, 0.0, None, y2, LINEAR_A,
-                              stepsize_controller=pid(1e-8, 1e-10))  # fmt: skip
+    adaptive = oc.diffeqsolve(
+        linear_forced, TIGHT, 2.0, 0.0, None, y2, LINEAR_A, stepsize_controller=pid(1e-8, 1e-10)
+    )
     assert scaled_error(adaptive.ys[0], y0, 1e-8, 1e-10) <= 1.0
     replayed = jax.grad(_vdp_loss(oc.CheckpointAdjoint(checkpoints=3), t0=1.0, t1=0.0))(5.0)
     stored = jax.grad(_vdp_loss(oc.CheckpointAdjoint(), t0=1.0, t1=0.0))(5.0)
@@ -359,8 +422,17 @@ def test_backwards_in_time():
 
 
 def _robertson_final(k, y0=ROBERTSON_Y0, rtol=1e-6, atol=1e-10):
-    sol = oc.diffeqsolve(robertson, SOLVER, 0.0, 40.0, None, jnp.asarray(y0), k,
-                         stepsize_controller=pid(rtol, atol), max_steps=1024)  # fmt: skip
+    sol = oc.diffeqsolve(
+        robertson,
+        SOLVER,
+        0.0,
+        40.0,
+        None,
+        jnp.asarray(y0),
+        k,
+        stepsize_controller=pid(rtol, atol),
+        max_steps=1024,
+    )
     return sol.ys[0]
 
 
@@ -375,8 +447,9 @@ def test_vmap_matches_separate_solves():
 
 @slow
 def test_float32():
-    y = _robertson_final(jnp.asarray(ROBERTSON_K, jnp.float32), np.float32(ROBERTSON_Y0),
-                         1e-4, 1e-8)  # fmt: skip
+    y = _robertson_final(
+        jnp.asarray(ROBERTSON_K, jnp.float32), np.float32(ROBERTSON_Y0), 1e-4, 1e-8
+    )
     assert y.dtype == jnp.float32
     expected = _robertson_final(jnp.asarray(ROBERTSON_K), rtol=1e-10, atol=1e-14)
     assert scaled_error(y, expected, 1e-4, 1e-8) <= 10.0  # measured 2.1 (Kvaerno5's bound)
@@ -395,8 +468,17 @@ def test_float32_gradient():
 def test_pytree_state_matches_flat_state():
     k = jnp.asarray(ROBERTSON_K)
     y0 = {"a": jnp.asarray(1.0), "bc": (jnp.asarray(0.0), jnp.asarray(0.0))}
-    sol = oc.diffeqsolve(robertson_tree, SOLVER, 0.0, 40.0, None, y0, k,
-                         stepsize_controller=pid(1e-6, 1e-10), max_steps=1024)  # fmt: skip
+    sol = oc.diffeqsolve(
+        robertson_tree,
+        SOLVER,
+        0.0,
+        40.0,
+        None,
+        y0,
+        k,
+        stepsize_controller=pid(1e-6, 1e-10),
+        max_steps=1024,
+    )
     tree = jnp.stack([sol.ys["a"][0], sol.ys["bc"][0][0], sol.ys["bc"][1][0]])
     np.testing.assert_allclose(tree, _robertson_final(k), rtol=1e-12, atol=1e-18)
 
@@ -423,9 +505,18 @@ def test_complex_states(dtype):
 
 def _promotion_case(dtype):
     def loss(y0, a):
-        sol = oc.diffeqsolve(lambda t, y, a: -a * y + 0.1 * jnp.sin(t).astype(y.dtype), SOLVER,
-                             0.0, 1.0, 0.1, y0, a, stepsize_controller=pid(1e-4, 1e-6),
-                             adjoint=oc.CheckpointAdjoint(checkpoints=3), max_steps=64)  # fmt: skip
+        sol = oc.diffeqsolve(
+            lambda t, y, a: -a * y + 0.1 * jnp.sin(t).astype(y.dtype),
+            SOLVER,
+            0.0,
+            1.0,
+            0.1,
+            y0,
+            a,
+            stepsize_controller=pid(1e-4, 1e-6),
+            adjoint=oc.CheckpointAdjoint(checkpoints=3),
+            max_steps=64,
+        )
         return jnp.sum(sol.ys**2)
 
     y0, a = jnp.asarray([1.0, 0.5], dtype), jnp.asarray(0.7, dtype)

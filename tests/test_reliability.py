@@ -20,9 +20,18 @@ def _decay(t, y, a):
 
 
 def _solve(y0, a, max_steps=256, adjoint=None):
-    return oc.diffeqsolve(_decay, oc.Tsit5(), 0.0, 3.0, 0.1, y0, args=a, max_steps=max_steps,
-                          stepsize_controller=oc.PIDController(rtol=1e-8, atol=1e-8),
-                          adjoint=adjoint or oc.CheckpointAdjoint())  # fmt: skip
+    return oc.diffeqsolve(
+        _decay,
+        oc.Tsit5(),
+        0.0,
+        3.0,
+        0.1,
+        y0,
+        args=a,
+        max_steps=max_steps,
+        stepsize_controller=oc.PIDController(rtol=1e-8, atol=1e-8),
+        adjoint=adjoint or oc.CheckpointAdjoint(),
+    )
 
 
 def test_repeated_calls_do_not_retrace():
@@ -112,8 +121,9 @@ _SHARDED = textwrap.dedent(
 
 
 def test_sharded_batch_matches_unsharded():
-    out = subprocess.run([sys.executable, "-c", _SHARDED], capture_output=True, text=True,
-                         timeout=300)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", _SHARDED], capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "sharded ok" in out.stdout
 
@@ -122,8 +132,21 @@ def test_sharded_batch_matches_unsharded():
 def test_loop_cost_grows_linearly_with_steps():
     def timed(n):
         ts = jnp.linspace(0.0, 1.0, n + 1)
-        fn = jax.jit(lambda y0: oc.diffeqsolve(_decay, oc.Tsit5(), 0.0, 1.0, None, y0, args=0.5,
-                     stepsize_controller=oc.StepTo(ts), max_steps=n + 1).ys)  # fmt: skip
+        fn = jax.jit(
+            lambda y0: (
+                oc.diffeqsolve(
+                    _decay,
+                    oc.Tsit5(),
+                    0.0,
+                    1.0,
+                    None,
+                    y0,
+                    args=0.5,
+                    stepsize_controller=oc.StepTo(ts),
+                    max_steps=n + 1,
+                ).ys
+            )
+        )
         jax.block_until_ready(fn(jnp.ones(2)))
         best = np.inf
         for _ in range(5):

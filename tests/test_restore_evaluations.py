@@ -25,8 +25,7 @@ def _counted_gradient(solver, n, adjoint):
 
     def loss(params):
         y0, a = params
-        sol = oc.diffeqsolve(vf, solver, 0.0, float(n), 1.0, y0, a, adjoint=adjoint,
-                             max_steps=n)  # fmt: skip
+        sol = oc.diffeqsolve(vf, solver, 0.0, float(n), 1.0, y0, a, adjoint=adjoint, max_steps=n)
         return jnp.sum(jnp.asarray(sol.ys) ** 2)
 
     grad = jax.jit(jax.grad(loss)).lower((Y0, A)).compile()
@@ -86,13 +85,13 @@ def _rule(adjoint, y0, max_steps, expected, solver=None):
     from odeckpt._controllers import UniformSteps
     from odeckpt._integrator import Integrator, Problem
 
-    integrator = Integrator(solver or oc.Tsit5(), max_steps=max_steps, saves=(),
-                            save_dense=False)  # fmt: skip
+    integrator = Integrator(solver or oc.Tsit5(), max_steps=max_steps, saves=(), save_dense=False)
 
     def init(y0):
         steps = UniformSteps(jnp.asarray(0.0), jnp.asarray(1.0), jnp.asarray(10, jnp.int32))
-        problem = Problem(oc.ODETerm(lambda t, y, a: -y), None, steps, jnp.asarray(1.0),
-                          jnp.asarray(1.0), ())  # fmt: skip
+        problem = Problem(
+            oc.ODETerm(lambda t, y, a: -y), None, steps, jnp.asarray(1.0), jnp.asarray(1.0), ()
+        )
         return integrator.init(problem, jnp.asarray(0.0), y0, jnp.asarray(0.1))
 
     state0 = eqx.filter_eval_shape(init, y0)

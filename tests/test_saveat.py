@@ -38,8 +38,7 @@ def _energy(t, y, args):
 
 def _solve(y0=_Y0, a=_A, saveat=None, t0=0.0, t1=1.0, dt0=0.05, **kwargs):
     kwargs.setdefault("solver", oc.Tsit5())
-    return oc.diffeqsolve(_decay, kwargs.pop("solver"), t0, t1, dt0, y0, a,
-                          saveat=saveat, **kwargs)  # fmt: skip
+    return oc.diffeqsolve(_decay, kwargs.pop("solver"), t0, t1, dt0, y0, a, saveat=saveat, **kwargs)
 
 
 # ----------------------------------------------------------------------------------
@@ -112,8 +111,15 @@ def test_every_nth_step_rows_as_diffrax_lays_them_out(saveat, with_7, expected):
     steps, `max_steps=10`): `t1` is saved after the last step row unless that step
     was saved; save times and steps interleave by time, save times first."""
     ts = np.arange(8.0 if with_7 else 7.0)
-    sol = _solve(saveat=oc.SaveAt(**saveat), t0=0.0, t1=ts[-1], dt0=None, solver=oc.Euler(),
-                 stepsize_controller=oc.StepTo(ts), max_steps=10)  # fmt: skip
+    sol = _solve(
+        saveat=oc.SaveAt(**saveat),
+        t0=0.0,
+        t1=ts[-1],
+        dt0=None,
+        solver=oc.Euler(),
+        stepsize_controller=oc.StepTo(ts),
+        max_steps=10,
+    )
     n = saveat["steps"]
     rows = int(saveat.get("t0", False)) + len(saveat.get("ts", [])) + 10 // n
     rows += int(saveat.get("t1", False) and 10 % n != 0)
@@ -137,8 +143,11 @@ def test_every_nth_step_is_every_step_sliced():
 
 def test_zero_length_solve_fills_every_sub_from_y0():
     ts = jnp.full((3,), 1.0)
-    subs = (oc.SubSaveAt(ts=ts, t1=True), oc.SubSaveAt(t0=True, ts=ts, fn=_energy),
-            oc.SubSaveAt(t0=True, ts=ts, steps=1))  # fmt: skip
+    subs = (
+        oc.SubSaveAt(ts=ts, t1=True),
+        oc.SubSaveAt(t0=True, ts=ts, fn=_energy),
+        oc.SubSaveAt(t0=True, ts=ts, steps=1),
+    )
     sol = _solve(saveat=oc.SaveAt(subs=subs), t0=1.0, t1=1.0, max_steps=8)
     ya, yb, yc = sol.ys
     np.testing.assert_array_equal(ya, np.tile(_Y0, (4, 1)))
@@ -150,11 +159,19 @@ def test_zero_length_solve_fills_every_sub_from_y0():
 def test_fn_of_a_nonlinear_solution_matches_scipy():
     problem = LOTKA_VOLTERRA
     ts = np.linspace(0.0, 10.0, 11)[1:]
-    fn = lambda t, y, args: jnp.log(y[0]) - y[0] + 2 * jnp.log(y[1]) - y[1]  # noqa: E731
+    fn = lambda t, y, args: jnp.log(y[0]) - y[0] + 2 * jnp.log(y[1]) - y[1]
     y0, args = jnp.asarray(problem.y0), jax.tree.map(jnp.asarray, problem.args)
-    sol = oc.diffeqsolve(problem.vector_field, oc.Dopri8(), 0.0, 10.0, None, y0, args,
-                         saveat=oc.SaveAt(ts=ts, fn=fn),
-                         stepsize_controller=oc.PIDController(rtol=1e-10, atol=1e-10))  # fmt: skip
+    sol = oc.diffeqsolve(
+        problem.vector_field,
+        oc.Dopri8(),
+        0.0,
+        10.0,
+        None,
+        y0,
+        args,
+        saveat=oc.SaveAt(ts=ts, fn=fn),
+        stepsize_controller=oc.PIDController(rtol=1e-10, atol=1e-10),
+    )
     want = reference(problem, ts)
     want = np.log(want[:, 0]) - want[:, 0] + 2 * np.log(want[:, 1]) - want[:, 1]
     np.testing.assert_allclose(sol.ys, want, rtol=1e-8)
@@ -168,8 +185,10 @@ def test_fn_saves_only_its_output():
     def run(fn):
         return _solve(y0, saveat=oc.SaveAt(ts=ts, fn=fn))
 
-    whole, mean = (jax.jit(run, static_argnums=0).lower(fn).compile()
-                   for fn in (oc.save_y, lambda t, y, a: jnp.mean(y)))  # fmt: skip
+    whole, mean = (
+        jax.jit(run, static_argnums=0).lower(fn).compile()
+        for fn in (oc.save_y, lambda t, y, a: jnp.mean(y))
+    )
     assert run(lambda t, y, a: jnp.mean(y)).ys.shape == (200,)
     used = [c.memory_analysis().output_size_in_bytes for c in (whole, mean)]
     assert used[1] * 100 < used[0]
@@ -213,8 +232,7 @@ def _loss(y0, a, w, c, adjoint, direction=1):
         oc.SubSaveAt(t1=True, fn=lambda t, y, args: c * y[0] ** 3),
         oc.SubSaveAt(steps=5, fn=lambda t, y, args: jnp.sin(c * y)),
     ]
-    sol = _solve(y0, a, oc.SaveAt(subs=subs), t0=t0, t1=t1, dt0=0.05 * direction,
-                 adjoint=adjoint)  # fmt: skip
+    sol = _solve(y0, a, oc.SaveAt(subs=subs), t0=t0, t1=t1, dt0=0.05 * direction, adjoint=adjoint)
     weighted, cubed, waves = sol.ys
     return jnp.sum(weighted) + jnp.sum(cubed) + jnp.sum(jnp.where(jnp.isfinite(waves), waves, 0))
 
@@ -232,11 +250,15 @@ _ARGS = (jnp.asarray(_Y0), jnp.asarray(_A), jnp.asarray(_W), jnp.asarray(1.3))
 
 _QUICK = {("checkpoint_3", 1), ("backsolve", -1)}
 _GRADIENT_CASES = [
-    pytest.param(adjoint, direction, id=f"{name}-{'forward' if direction > 0 else 'backward'}",
-                 marks=() if (name, direction) in _QUICK else pytest.mark.slow)
+    pytest.param(
+        adjoint,
+        direction,
+        id=f"{name}-{'forward' if direction > 0 else 'backward'}",
+        marks=() if (name, direction) in _QUICK else pytest.mark.slow,
+    )
     for name, adjoint in ADJOINTS.items()
     for direction in (1, -1)
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("adjoint, direction", _GRADIENT_CASES)
@@ -258,8 +280,9 @@ def test_forward_mode_through_fn():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("adjoint", [oc.CheckpointAdjoint(), oc.BacksolveAdjoint()],
-                         ids=["checkpoint", "backsolve"])  # fmt: skip
+@pytest.mark.parametrize(
+    "adjoint", [oc.CheckpointAdjoint(), oc.BacksolveAdjoint()], ids=["checkpoint", "backsolve"]
+)
 def test_gradients_through_fn_under_vmap(adjoint):
     y0s = jnp.stack([_ARGS[0], 0.5 * _ARGS[0]])
     got = jax.vmap(jax.grad(_loss, argnums=(0, 2)), in_axes=(0, None, None, None, None))(
@@ -289,8 +312,15 @@ _PID = oc.PIDController(rtol=1e-10, atol=1e-12)
 
 def _dense(direction=1, y0=_Y0, **kwargs):
     t0, t1 = (0.0, 1.0) if direction > 0 else (1.0, 0.0)
-    return _solve(y0, saveat=oc.SaveAt(dense=True, t1=True), t0=t0, t1=t1, dt0=None,
-                  stepsize_controller=_PID, **kwargs)  # fmt: skip
+    return _solve(
+        y0,
+        saveat=oc.SaveAt(dense=True, t1=True),
+        t0=t0,
+        t1=t1,
+        dt0=None,
+        stepsize_controller=_PID,
+        **kwargs,
+    )
 
 
 @pytest.mark.parametrize("direction", [1, -1], ids=["forward", "backward"])
@@ -312,8 +342,9 @@ def test_derivative_at_a_step_boundary_takes_the_side_asked_for(direction):
     have different slopes there; `left` is the one below 0.5 in `t` (the earlier step
     forwards, the later one backwards)."""
     t0, t1 = (0.0, 1.0) if direction > 0 else (1.0, 0.0)
-    sol = _solve(saveat=oc.SaveAt(dense=True), t0=t0, t1=t1, dt0=0.25 * direction,
-                 solver=oc.Euler())  # fmt: skip
+    sol = _solve(
+        saveat=oc.SaveAt(dense=True), t0=t0, t1=t1, dt0=0.25 * direction, solver=oc.Euler()
+    )
     left, right = sol.derivative(0.5), sol.derivative(0.5, left=False)
     assert np.all(np.abs(left - right) > 1e-3)
     np.testing.assert_allclose(left, sol.derivative(0.5 - 1e-9), rtol=1e-7)

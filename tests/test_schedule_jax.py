@@ -64,11 +64,14 @@ def test_online_decide_matches_reference(c, n):
 
 
 def to_traced(state: S.OnlineState) -> J.OnlineState:
-    arr = lambda x: jnp.asarray(x, jnp.int32)  # noqa: E731
+    arr = lambda x: jnp.asarray(x, jnp.int32)
     return J.OnlineState(
-        arr(state.positions), arr(state.order), arr(state.count), arr(state.rho),
+        arr(state.positions),
+        arr(state.order),
+        arr(state.count),
+        arr(state.rho),
         arr(state.table),
-    )  # fmt: skip
+    )
 
 
 def test_online_decide_vmaps_over_heterogeneous_states():

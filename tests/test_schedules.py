@@ -100,8 +100,10 @@ def test_online_lower_bound_matches_brute_force():
             for k in range(0, min(c - 1, n - 1) + 1):
                 for inner in itertools.combinations(range(1, n), k):
                     pos = (0, *inner, n)
-                    extra = sum(brute_extra(b - a, c - j) for j, (a, b) in
-                                enumerate(itertools.pairwise(pos)))  # fmt: skip
+                    extra = sum(
+                        brute_extra(b - a, c - j)
+                        for j, (a, b) in enumerate(itertools.pairwise(pos))
+                    )
                     best = extra if best is None else min(best, extra)
             assert S.online_lower_bound(n, c) == 2 * n + best, (n, c)
             assert S.online_lower_bound(n, c) >= S.optimal_total(n, c) + 1
@@ -131,11 +133,26 @@ def test_offline_golden_n5_c2():
     # (smallest free slot: 1), reverse 1, free it; restore 0, reverse 0, free it.
     # Advances 2 + 2 + 1 + 1 = 6, taped 5: total 11.
     expected = (
-        Store(0, 0), Advance(0, 2), Store(2, 1), Advance(2, 4), Reverse(4),
-        Restore(2, 1), Advance(2, 3), Reverse(3), Restore(2, 1), Reverse(2), Free(2, 1),
-        Restore(0, 0), Advance(0, 1), Store(1, 1), Reverse(1), Free(1, 1),
-        Restore(0, 0), Reverse(0), Free(0, 0),
-    )  # fmt: skip
+        Store(0, 0),
+        Advance(0, 2),
+        Store(2, 1),
+        Advance(2, 4),
+        Reverse(4),
+        Restore(2, 1),
+        Advance(2, 3),
+        Reverse(3),
+        Restore(2, 1),
+        Reverse(2),
+        Free(2, 1),
+        Restore(0, 0),
+        Advance(0, 1),
+        Store(1, 1),
+        Reverse(1),
+        Free(1, 1),
+        Restore(0, 0),
+        Reverse(0),
+        Free(0, 0),
+    )
     plan = S.offline_plan(5, 2)
     assert plan.actions == expected
     assert (plan.backward_advances, plan.taped, plan.total, plan.max_live) == (6, 5, 11, 2)
@@ -244,8 +261,9 @@ def scan_totals(n_max: int, c: int, at=None):
         if at is not None and i + 1 not in at:
             continue
         pos = sorted(held.values()) + [i + 1]
-        extra = sum(S.revolve_extra_cost(b - a, c - j) for j, (a, b) in
-                    enumerate(itertools.pairwise(pos)))  # fmt: skip
+        extra = sum(
+            S.revolve_extra_cost(b - a, c - j) for j, (a, b) in enumerate(itertools.pairwise(pos))
+        )
         yield i + 1, 2 * (i + 1) + extra
 
 

@@ -56,10 +56,18 @@ SAVEATS = {
 def _solve(x, solver, adjoint, saveat, t0=0.0, t1=T1):
     y0, a = x[:2], x[2:].reshape(2, 2)
     return oc.diffeqsolve(
-        lambda t, y, a: a @ y, solver, t0, t1, 0.05, y0, args=a, saveat=saveat,
-        stepsize_controller=oc.PIDController(rtol=TOL, atol=TOL), adjoint=adjoint,
+        lambda t, y, a: a @ y,
+        solver,
+        t0,
+        t1,
+        0.05,
+        y0,
+        args=a,
+        saveat=saveat,
+        stepsize_controller=oc.PIDController(rtol=TOL, atol=TOL),
+        adjoint=adjoint,
         max_steps=1024,
-    )  # fmt: skip
+    )
 
 
 def _quadratic(ys, ts):
@@ -246,14 +254,20 @@ REFUSED_LATE = {
     "linearize": (lambda f, x: jax.linearize(f, x)[1](x), r"Use `adjoint=ForwardMode\(\)`"),
     "jvp_jit": (lambda f, x: jax.jvp(jax.jit(f), (x,), (x,)), r"Use `adjoint=ForwardMode\(\)`"),
     "jacfwd_jit": (lambda f, x: jax.jacfwd(jax.jit(f))(x), r"Use `adjoint=ForwardMode\(\)`"),
-    "grad_grad_jit": (lambda f, x: jax.grad(lambda x: jax.grad(jax.jit(f))(x).sum())(x),
-                      "forward-over-reverse"),
-    "grad_jit_grad": (lambda f, x: jax.grad(lambda x: jax.jit(jax.grad(f))(x).sum())(x),
-                      "forward-over-reverse"),
+    "grad_grad_jit": (
+        lambda f, x: jax.grad(lambda x: jax.grad(jax.jit(f))(x).sum())(x),
+        "forward-over-reverse",
+    ),
+    "grad_jit_grad": (
+        lambda f, x: jax.grad(lambda x: jax.jit(jax.grad(f))(x).sum())(x),
+        "forward-over-reverse",
+    ),
     "linearize_grad": (lambda f, x: jax.linearize(jax.grad(f), x)[1](x), "forward-over-reverse"),
-    "linearize_grad_jit": (lambda f, x: jax.linearize(jax.grad(jax.jit(f)), x)[1](x),
-                           "forward-over-reverse"),
-}  # fmt: skip
+    "linearize_grad_jit": (
+        lambda f, x: jax.linearize(jax.grad(jax.jit(f)), x)[1](x),
+        "forward-over-reverse",
+    ),
+}
 
 
 def _check_refused(mode, adjoint_name, solver_name, saveat_name):
@@ -292,9 +306,11 @@ REVERSE_MODES = {
 
 @pytest.mark.parametrize(
     "mode",
-    [m if m in ("grad", "grad_jit") else pytest.param(m, marks=pytest.mark.slow)
-     for m in REVERSE_MODES],
-)  # fmt: skip
+    [
+        m if m in ("grad", "grad_jit") else pytest.param(m, marks=pytest.mark.slow)
+        for m in REVERSE_MODES
+    ],
+)
 def test_forward_mode_refuses_reverse_mode(mode):
     """Where JAX transposes the solve's outputs, naming `CheckpointAdjoint()`."""
     loss = _loss(oc.Tsit5(), oc.ForwardMode(), SAVEATS["ts"]())
@@ -325,8 +341,15 @@ def _interleaved(modes) -> list[tuple[str, str, str, str]]:
     cells = itertools.product(
         enumerate(modes), enumerate(REVERSE), enumerate(SOLVERS), enumerate(SAVEATS)
     )
-    ordered = sorted(cells, key=lambda c: ((c[0][0] - c[1][0] - c[2][0] - c[3][0]) % len(modes),
-                                           c[3][0], c[2][0], c[1][0]))  # fmt: skip
+    ordered = sorted(
+        cells,
+        key=lambda c: (
+            (c[0][0] - c[1][0] - c[2][0] - c[3][0]) % len(modes),
+            c[3][0],
+            c[2][0],
+            c[1][0],
+        ),
+    )
     return [tuple(name for _, name in cell) for cell in ordered]
 
 
@@ -347,8 +370,17 @@ def test_refused_modes_matrix(mode, adjoint, solver, saveat):
 
 def _decay_loss(adjoint, solver):
     def loss(k):
-        sol = oc.diffeqsolve(lambda t, y, k: -k * y, solver, 0.0, 1.0, 0.05,
-                             jnp.array([1.0, 2.0]), k, adjoint=adjoint, max_steps=64)  # fmt: skip
+        sol = oc.diffeqsolve(
+            lambda t, y, k: -k * y,
+            solver,
+            0.0,
+            1.0,
+            0.05,
+            jnp.array([1.0, 2.0]),
+            k,
+            adjoint=adjoint,
+            max_steps=64,
+        )
         return jnp.sum(sol.ys**2)
 
     return loss

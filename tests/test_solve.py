@@ -35,8 +35,14 @@ def _solve(problem, t0, t1, dt0, y0=None, args=None, **kwargs):
 def test_backwards_in_time_matches_closed_form(controller, dt0):
     problem = HARMONIC  # its closed form holds for negative times too
     ts = jnp.linspace(-0.5, -5.0, 10)
-    sol = _solve(problem, 0.0, -5.0, dt0, saveat=oc.SaveAt(ts=ts, t1=True, dense=True),
-                 stepsize_controller=controller)  # fmt: skip
+    sol = _solve(
+        problem,
+        0.0,
+        -5.0,
+        dt0,
+        saveat=oc.SaveAt(ts=ts, t1=True, dense=True),
+        stepsize_controller=controller,
+    )
     np.testing.assert_array_equal(sol.ts, np.append(ts, -5.0))
     expected = reference(problem, np.append(ts, -5.0))
     np.testing.assert_allclose(sol.ys, expected, rtol=0, atol=1e-7)
@@ -55,14 +61,27 @@ def test_backwards_solve_is_the_mirrored_forward_solve(controller):
     problem = FORCED
     ts = jnp.asarray([0.7, 2.0, 4.5])
     backward = oc.diffeqsolve(
-        problem.vector_field, oc.Tsit5(), 1.0, -5.0, -0.05, jnp.asarray(problem.y0),
-        problem.args, saveat=oc.SaveAt(ts=-ts, steps=True), stepsize_controller=controller,
-    )  # fmt: skip
-    forward = oc.diffeqsolve(
-        _mirrored(problem.vector_field), oc.Tsit5(), -1.0, 5.0, 0.05,
-        jnp.asarray(problem.y0), problem.args, saveat=oc.SaveAt(ts=ts, steps=True),
+        problem.vector_field,
+        oc.Tsit5(),
+        1.0,
+        -5.0,
+        -0.05,
+        jnp.asarray(problem.y0),
+        problem.args,
+        saveat=oc.SaveAt(ts=-ts, steps=True),
         stepsize_controller=controller,
-    )  # fmt: skip
+    )
+    forward = oc.diffeqsolve(
+        _mirrored(problem.vector_field),
+        oc.Tsit5(),
+        -1.0,
+        5.0,
+        0.05,
+        jnp.asarray(problem.y0),
+        problem.args,
+        saveat=oc.SaveAt(ts=ts, steps=True),
+        stepsize_controller=controller,
+    )
     assert backward.stats["num_steps"] == forward.stats["num_steps"]
     # The same arithmetic up to XLA's fusion of the sign flips (ulps). Constant steps
     # keep that at round-off; adaptive step sizes amplify it through the cancellation
@@ -107,13 +126,22 @@ def test_saveat_layout(which):
     problem = DECAY
     ts = np.array([0.1, 0.5, 0.9])
     saveat = oc.SaveAt(
-        t0=which.get("t0", False), t1=which.get("t1", False), steps=which.get("steps", False),
+        t0=which.get("t0", False),
+        t1=which.get("t1", False),
+        steps=which.get("steps", False),
         ts=jnp.asarray(ts) if which.get("ts") else None,
-    )  # fmt: skip
+    )
     sol = oc.diffeqsolve(
-        problem.vector_field, oc.Dopri5(), 0.0, 1.0, 0.25, jnp.asarray(problem.y0),
-        problem.args, saveat=saveat, max_steps=6,
-    )  # fmt: skip
+        problem.vector_field,
+        oc.Dopri5(),
+        0.0,
+        1.0,
+        0.25,
+        jnp.asarray(problem.y0),
+        problem.args,
+        saveat=saveat,
+        max_steps=6,
+    )
     # As diffrax lays them out: t0, then the save-time and step rows in time order, then
     # t1 (which `steps=True` saves as its last step), then the unused step rows.
     parts = {"ts": list(ts), "steps": [0.25, 0.5, 0.75, 1.0]}
@@ -136,8 +164,16 @@ def test_empty_save_times_save_no_rows(direction):
     t0, t1 = (0.0, 1.0) if direction > 0 else (1.0, 0.0)
 
     def solve(y0, saveat):
-        return oc.diffeqsolve(problem.vector_field, oc.Tsit5(), t0, t1, 0.1 * direction, y0,
-                              problem.args, saveat=saveat)  # fmt: skip
+        return oc.diffeqsolve(
+            problem.vector_field,
+            oc.Tsit5(),
+            t0,
+            t1,
+            0.1 * direction,
+            y0,
+            problem.args,
+            saveat=saveat,
+        )
 
     y0 = jnp.asarray(problem.y0)
     alone = solve(y0, oc.SaveAt(ts=jnp.zeros((0,))))
@@ -158,8 +194,14 @@ def test_empty_save_times_save_no_rows(direction):
 )
 def test_empty_interval_returns_y0(controller, dt0):
     problem = DECAY
-    sol = _solve(problem, 1.5, 1.5, dt0, stepsize_controller=controller,
-                 saveat=oc.SaveAt(t0=True, ts=jnp.asarray([1.5]), t1=True, dense=True))  # fmt: skip
+    sol = _solve(
+        problem,
+        1.5,
+        1.5,
+        dt0,
+        stepsize_controller=controller,
+        saveat=oc.SaveAt(t0=True, ts=jnp.asarray([1.5]), t1=True, dense=True),
+    )
     assert sol.result == oc.RESULTS.successful
     assert int(sol.stats["num_steps"]) == 0
     np.testing.assert_array_equal(sol.ts, [1.5, 1.5, 1.5])
@@ -176,20 +218,36 @@ def test_pytree_state():
     rates = {"a": 0.5, "b": jnp.array([[0.1, 0.2]]), "c": 2.0}
     ts = jnp.asarray([0.5, 1.0, 2.0])
     sol = oc.diffeqsolve(
-        _pytree_field, oc.Tsit5(), 0.0, 2.0, None, y0, rates,
-        saveat=oc.SaveAt(ts=ts, dense=True), stepsize_controller=TIGHT,
-    )  # fmt: skip
+        _pytree_field,
+        oc.Tsit5(),
+        0.0,
+        2.0,
+        None,
+        y0,
+        rates,
+        saveat=oc.SaveAt(ts=ts, dense=True),
+        stepsize_controller=TIGHT,
+    )
     assert jax.tree.structure(sol.ys) == jax.tree.structure(y0)
-    decay = lambda y, k: y[None] * jnp.exp(-jnp.reshape(k, (1,) + k.shape) * jnp.reshape(  # noqa: E731
-        ts, (-1,) + (1,) * y.ndim))  # fmt: skip
-    expected = {"a": decay(y0["a"], jnp.full(2, 0.5)),
-                "b": (decay(y0["b"][0], jnp.broadcast_to(rates["b"], (3, 2))),
-                      decay(y0["b"][1], jnp.asarray(2.0)))}  # fmt: skip
-    jax.tree.map(lambda x, e: np.testing.assert_allclose(x, e, rtol=1e-8, atol=1e-12),
-                 sol.ys, expected)  # fmt: skip
+    decay = lambda y, k: (
+        y[None] * jnp.exp(-jnp.reshape(k, (1,) + k.shape) * jnp.reshape(ts, (-1,) + (1,) * y.ndim))
+    )
+    expected = {
+        "a": decay(y0["a"], jnp.full(2, 0.5)),
+        "b": (
+            decay(y0["b"][0], jnp.broadcast_to(rates["b"], (3, 2))),
+            decay(y0["b"][1], jnp.asarray(2.0)),
+        ),
+    }
+    jax.tree.map(
+        lambda x, e: np.testing.assert_allclose(x, e, rtol=1e-8, atol=1e-12), sol.ys, expected
+    )
     at_one = jax.tree.map(lambda e: e[1], expected)
-    jax.tree.map(lambda x, e: np.testing.assert_allclose(x, e, rtol=1e-8, atol=1e-12),
-                 sol.evaluate(1.0), at_one)  # fmt: skip
+    jax.tree.map(
+        lambda x, e: np.testing.assert_allclose(x, e, rtol=1e-8, atol=1e-12),
+        sol.evaluate(1.0),
+        at_one,
+    )
 
 
 @pytest.mark.parametrize(
@@ -202,8 +260,15 @@ def test_float32_state_stays_float32(controller, dt0):
     y0 = jnp.asarray(problem.y0, dtype=jnp.float32)
     ts = jnp.asarray([0.5, 1.0])
     subs = [oc.SubSaveAt(ts=ts), oc.SubSaveAt(steps=True), oc.SubSaveAt(t1=True)]
-    sol = _solve(problem, 0.0, 2.0, dt0, y0=y0, stepsize_controller=controller,
-                 saveat=oc.SaveAt(subs=subs, dense=True))  # fmt: skip
+    sol = _solve(
+        problem,
+        0.0,
+        2.0,
+        dt0,
+        y0=y0,
+        stepsize_controller=controller,
+        saveat=oc.SaveAt(subs=subs, dense=True),
+    )
     assert [ys.dtype for ys in sol.ys] == [jnp.float32] * 3
     assert sol.evaluate(0.3).dtype == jnp.float32
     np.testing.assert_allclose(sol.ys[0], reference(problem, ts), rtol=1e-4)
@@ -216,10 +281,16 @@ def test_float32_state_stays_float32(controller, dt0):
 
 def _lv_solve(y0, args):
     return oc.diffeqsolve(
-        LOTKA_VOLTERRA.vector_field, oc.Tsit5(), 0.0, 10.0, 0.1, y0, args,
+        LOTKA_VOLTERRA.vector_field,
+        oc.Tsit5(),
+        0.0,
+        10.0,
+        0.1,
+        y0,
+        args,
         saveat=oc.SaveAt(ts=jnp.linspace(1.0, 10.0, 10)),
         stepsize_controller=oc.PIDController(rtol=1e-7, atol=1e-7),
-    )  # fmt: skip
+    )
 
 
 def _lv_args(scale=1.0):
@@ -260,8 +331,8 @@ def _decay_y1(y0, k):
 
 def test_grad_matches_closed_form():
     y0, k = jnp.asarray(DECAY.y0), jnp.asarray(0.7)
-    loss = lambda y0, k: jnp.sum(_decay_y1(y0, k) ** 2)  # noqa: E731
-    exact_loss = lambda y0, k: jnp.sum(exact(DECAY, 2.0, y0, k) ** 2)  # noqa: E731
+    loss = lambda y0, k: jnp.sum(_decay_y1(y0, k) ** 2)
+    exact_loss = lambda y0, k: jnp.sum(exact(DECAY, 2.0, y0, k) ** 2)
     grads = jax.grad(loss, argnums=(0, 1))(y0, k)
     expected = jax.grad(exact_loss, argnums=(0, 1))(y0, k)
     # d y(2) / d y0 = exp(-2k); d y(2) / dk = -2 y0 exp(-2k)
@@ -294,16 +365,22 @@ def test_grad_through_closure_over_traced_value():
 
     def loss(k):
         # The vector field closes over the traced `k` instead of taking it as args.
-        sol = oc.diffeqsolve(lambda t, y, args: -k * y, oc.Tsit5(), 0.0, 2.0, 0.1, y0,
-                             saveat=oc.SaveAt(ts=jnp.asarray([1.0, 2.0])),
-                             stepsize_controller=TIGHT)  # fmt: skip
+        sol = oc.diffeqsolve(
+            lambda t, y, args: -k * y,
+            oc.Tsit5(),
+            0.0,
+            2.0,
+            0.1,
+            y0,
+            saveat=oc.SaveAt(ts=jnp.asarray([1.0, 2.0])),
+            stepsize_controller=TIGHT,
+        )
         return sol.ys.sum()
 
     k = 0.7
     # sum over t in {1, 2} of sum(y0) exp(-k t): derivative -sum(y0) sum(t exp(-k t))
     expected = -np.sum(DECAY.y0) * (np.exp(-k) + 2 * np.exp(-2 * k))
-    np.testing.assert_allclose(loss(k), np.sum(DECAY.y0) * (np.exp(-k) + np.exp(-2 * k)),
-                               rtol=1e-8)  # fmt: skip
+    np.testing.assert_allclose(loss(k), np.sum(DECAY.y0) * (np.exp(-k) + np.exp(-2 * k)), rtol=1e-8)
     np.testing.assert_allclose(jax.grad(loss)(k), expected, rtol=1e-8)
 
 
@@ -323,8 +400,16 @@ def test_save_times_are_counted_like_a_binary_search(num_ts):
 def test_many_save_times():
     y0 = jnp.asarray([1.0])
     many = jnp.linspace(0.0, 1.0, 300)
-    sol = oc.diffeqsolve(lambda t, y, a: -y, oc.Tsit5(), 0.0, 1.0, 0.1, y0,
-                         saveat=oc.SaveAt(ts=many), stepsize_controller=TIGHT)  # fmt: skip
+    sol = oc.diffeqsolve(
+        lambda t, y, a: -y,
+        oc.Tsit5(),
+        0.0,
+        1.0,
+        0.1,
+        y0,
+        saveat=oc.SaveAt(ts=many),
+        stepsize_controller=TIGHT,
+    )
     np.testing.assert_allclose(sol.ys[:, 0], jnp.exp(-many), rtol=1e-7)
 
 
@@ -337,8 +422,7 @@ def test_integer_y0_solves_in_the_time_dtype(t0, t1):
     assert sol.ys.dtype == jnp.float64
     np.testing.assert_allclose(sol.ys, [np.exp(t0 - t1)], rtol=1e-6)
     y0 = (jnp.ones(2, jnp.float32), jnp.arange(3))
-    sol = oc.diffeqsolve(lambda t, y, a: jax.tree.map(jnp.negative, y), oc.Tsit5(), t0, t1,
-                         dt0, y0)  # fmt: skip
+    sol = oc.diffeqsolve(lambda t, y, a: jax.tree.map(jnp.negative, y), oc.Tsit5(), t0, t1, dt0, y0)
     assert [y.dtype for y in sol.ys] == [jnp.float32, jnp.float32]
     np.testing.assert_allclose(sol.ys[1][0], np.arange(3) * np.exp(t0 - t1), rtol=1e-5)
 
@@ -356,9 +440,17 @@ def test_unbounded_forward_solve_under_the_default_adjoint(controller):
     (`test_bad_inputs`)."""
 
     def solve(k, max_steps):
-        return oc.diffeqsolve(lambda t, y, k: -k * y, oc.Tsit5(), 0.0, 2.0, 0.01,
-                              jnp.ones(2), k, stepsize_controller=controller,
-                              max_steps=max_steps).ys  # fmt: skip
+        return oc.diffeqsolve(
+            lambda t, y, k: -k * y,
+            oc.Tsit5(),
+            0.0,
+            2.0,
+            0.01,
+            jnp.ones(2),
+            k,
+            stepsize_controller=controller,
+            max_steps=max_steps,
+        ).ys
 
     ks = jnp.asarray([0.5, 1.5])
     unbounded = jax.jit(jax.vmap(lambda k: solve(k, None)))(ks)
@@ -369,19 +461,22 @@ def test_unbounded_forward_solve_under_the_default_adjoint(controller):
 
 @pytest.mark.parametrize(
     "adjoint",
-    [oc.CheckpointAdjoint(), oc.CheckpointAdjoint(checkpoints=2), oc.InterpolatingAdjoint(),
-     oc.BacksolveAdjoint()],
+    [
+        oc.CheckpointAdjoint(),
+        oc.CheckpointAdjoint(checkpoints=2),
+        oc.InterpolatingAdjoint(),
+        oc.BacksolveAdjoint(),
+    ],
     ids=["store-all", "c=2", "interpolating", "backsolve"],
-)  # fmt: skip
+)
 def test_python_int_in_args_under_grad_allow_int(adjoint):
     """`args=(k, n)` with a Python int `n`, differentiated with `allow_int=True` (as
     diffrax's tests do): `n`'s cotangent is float0, `k`'s the closed form."""
 
     def loss(args):
         # `n` arrives as an int64 array (`jax.grad` converts it): cast it explicitly.
-        field = lambda t, y, a: -a[0] * jnp.asarray(a[1], y.dtype) * y  # noqa: E731
-        sol = oc.diffeqsolve(field, oc.Tsit5(), 0.0, 1.0, 0.01, jnp.ones(2), args,
-                             adjoint=adjoint)  # fmt: skip
+        field = lambda t, y, a: -a[0] * jnp.asarray(a[1], y.dtype) * y
+        sol = oc.diffeqsolve(field, oc.Tsit5(), 0.0, 1.0, 0.01, jnp.ones(2), args, adjoint=adjoint)
         return jnp.sum(sol.ys)
 
     dk, dn = jax.grad(loss, allow_int=True)((2.0, 3))

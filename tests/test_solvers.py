@@ -57,10 +57,16 @@ def _solve_each(problem: ODEProblem, solver, num_steps, saveat, output):
     @jax.jit
     def solve(dt0):
         sol = oc.diffeqsolve(
-            problem.vector_field, solver, problem.t0, problem.t1, dt0,
-            jnp.asarray(problem.y0), problem.args, saveat=saveat,
+            problem.vector_field,
+            solver,
+            problem.t0,
+            problem.t1,
+            dt0,
+            jnp.asarray(problem.y0),
+            problem.args,
+            saveat=saveat,
             max_steps=max(num_steps) + 1,
-        )  # fmt: skip
+        )
         return output(sol)
 
     return np.stack([np.asarray(solve(span / n)) for n in num_steps])
@@ -141,11 +147,16 @@ def test_saveat_ts_matches_dense_and_closed_form(name):
     problem = HARMONIC
     ts = jnp.linspace(problem.t0, problem.t1, 23)[1:-1] + 0.013
     sol = oc.diffeqsolve(
-        problem.vector_field, SOLVERS[name](), problem.t0, problem.t1, 0.1,
-        jnp.asarray(problem.y0), problem.args,
+        problem.vector_field,
+        SOLVERS[name](),
+        problem.t0,
+        problem.t1,
+        0.1,
+        jnp.asarray(problem.y0),
+        problem.args,
         saveat=oc.SaveAt(ts=ts, dense=True),
         stepsize_controller=oc.PIDController(rtol=1e-8, atol=1e-8),
-    )  # fmt: skip
+    )
     # `SaveAt(ts)` interpolates inside the step that crosses each time, with the same
     # polynomial `evaluate` uses.
     np.testing.assert_allclose(sol.ys, sol.evaluate(ts), rtol=0, atol=1e-13)
@@ -181,9 +192,14 @@ def _solve_counted(name, dt0, controller):
     @jax.jit
     def solve(y0):
         return oc.diffeqsolve(
-            vector_field, SOLVERS[name](), problem.t0, problem.t1, dt0, y0,
+            vector_field,
+            SOLVERS[name](),
+            problem.t0,
+            problem.t1,
+            dt0,
+            y0,
             stepsize_controller=controller,
-        )  # fmt: skip
+        )
 
     sol = jax.block_until_ready(solve(jnp.asarray(problem.y0)))
     jax.effects_barrier()

@@ -41,8 +41,16 @@ def test_convergence_order(name, problem):
 
     @jax.jit
     def final(dt0):
-        sol = oc.diffeqsolve(problem.vector_field, SOLVERS[name](), problem.t0, problem.t1,
-                             dt0, jnp.asarray(problem.y0), problem.args, max_steps=801)  # fmt: skip
+        sol = oc.diffeqsolve(
+            problem.vector_field,
+            SOLVERS[name](),
+            problem.t0,
+            problem.t1,
+            dt0,
+            jnp.asarray(problem.y0),
+            problem.args,
+            max_steps=801,
+        )
         return sol.ys[-1]
 
     ys = np.stack([np.asarray(final(span / n)) for n in num_steps])
@@ -70,16 +78,31 @@ def test_matches_diffrax_step_for_step(name, control, t0, t1):
     ts = np.linspace(t0, t1, 8)
     dt0 = 0.05 if t1 > t0 else -0.05
     ours = oc.diffeqsolve(
-        _lotka_volterra, SOLVERS[name](), t0, t1, dt0, jnp.asarray(LV_Y0), 1.5,
-        saveat=oc.SaveAt(ts=ts), max_steps=4096,
+        _lotka_volterra,
+        SOLVERS[name](),
+        t0,
+        t1,
+        dt0,
+        jnp.asarray(LV_Y0),
+        1.5,
+        saveat=oc.SaveAt(ts=ts),
+        max_steps=4096,
         stepsize_controller=PID if control == "pid" else oc.ConstantStepSize(),
-    )  # fmt: skip
+    )
     theirs = dfx.diffeqsolve(
-        dfx.ODETerm(_lotka_volterra), PEERS[name](), t0, t1, dt0, jnp.asarray(LV_Y0), 1.5,
-        saveat=dfx.SaveAt(ts=ts), max_steps=4096,
+        dfx.ODETerm(_lotka_volterra),
+        PEERS[name](),
+        t0,
+        t1,
+        dt0,
+        jnp.asarray(LV_Y0),
+        1.5,
+        saveat=dfx.SaveAt(ts=ts),
+        max_steps=4096,
         stepsize_controller=dfx.PIDController(rtol=1e-4, atol=1e-6)
-        if control == "pid" else dfx.ConstantStepSize(),
-    )  # fmt: skip
+        if control == "pid"
+        else dfx.ConstantStepSize(),
+    )
     np.testing.assert_allclose(ours.ys, theirs.ys, rtol=1e-12, atol=1e-13)
     assert int(ours.stats["num_steps"]) == int(theirs.stats["num_steps"])
 
@@ -120,9 +143,19 @@ def _loss(solver, adjoint, controller, t0=0.0, t1=3.0, dtype=jnp.float64):
     dt0 = (t1 - t0) / 60
 
     def loss(y0, args):
-        sol = oc.diffeqsolve(_lotka_volterra, solver, t0, t1, dt0, y0, args, adjoint=adjoint,
-                             saveat=oc.SaveAt(ts=ts), stepsize_controller=controller,
-                             max_steps=512)  # fmt: skip
+        sol = oc.diffeqsolve(
+            _lotka_volterra,
+            solver,
+            t0,
+            t1,
+            dt0,
+            y0,
+            args,
+            adjoint=adjoint,
+            saveat=oc.SaveAt(ts=ts),
+            stepsize_controller=controller,
+            max_steps=512,
+        )
         return jnp.sum(sol.ys**2)
 
     return loss
@@ -144,11 +177,13 @@ def test_checkpoints_store_the_solver_state(name, control, t0, t1):
     solve differentiated forwards)."""
     y0, solver, controller = jnp.asarray(LV_Y0), SOLVERS[name](), CONTROLS[control]
     every = jax.grad(_loss(solver, oc.CheckpointAdjoint(), controller, t0, t1), (0, 1))(y0, 1.5)
-    three = jax.grad(_loss(solver, oc.CheckpointAdjoint(checkpoints=3), controller, t0, t1),
-                     (0, 1))(y0, 1.5)  # fmt: skip
+    three = jax.grad(
+        _loss(solver, oc.CheckpointAdjoint(checkpoints=3), controller, t0, t1), (0, 1)
+    )(y0, 1.5)
     forward = jax.jacfwd(_loss(solver, oc.ForwardMode(), controller, t0, t1), (0, 1))(y0, 1.5)
-    for a, b, c in zip(jax.tree.leaves(every), jax.tree.leaves(three), jax.tree.leaves(forward),
-                       strict=True):  # fmt: skip
+    for a, b, c in zip(
+        jax.tree.leaves(every), jax.tree.leaves(three), jax.tree.leaves(forward), strict=True
+    ):
         np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(c, a, rtol=1e-10, atol=1e-10)
 
@@ -165,8 +200,17 @@ def _linear_loss(solver, adjoint, num_steps: int):
     dt0 = (problem.t1 - problem.t0) / num_steps
 
     def loss(y0, matrix):
-        sol = oc.diffeqsolve(problem.vector_field, solver, problem.t0, problem.t1, dt0, y0,
-                             matrix, adjoint=adjoint, max_steps=num_steps)  # fmt: skip
+        sol = oc.diffeqsolve(
+            problem.vector_field,
+            solver,
+            problem.t0,
+            problem.t1,
+            dt0,
+            y0,
+            matrix,
+            adjoint=adjoint,
+            max_steps=num_steps,
+        )
         return jnp.sum(sol.ys[-1] ** 2)
 
     return loss
@@ -174,7 +218,7 @@ def _linear_loss(solver, adjoint, num_steps: int):
 
 def _exact_linear_grad():
     problem = LINEAR_SYSTEM
-    loss = lambda y0, a: jnp.sum(exact(problem, problem.t1, y0, a) ** 2)  # noqa: E731
+    loss = lambda y0, a: jnp.sum(exact(problem, problem.t1, y0, a) ** 2)
     return jax.grad(loss, (0, 1))(jnp.asarray(problem.y0), jnp.asarray(problem.args))
 
 
@@ -196,8 +240,12 @@ def test_continuous_adjoints_against_the_exact_gradient(name, adjoint):
     y0, matrix = jnp.asarray(problem.y0), jnp.asarray(problem.args)
     got = jax.grad(_linear_loss(solver, CONTINUOUS[adjoint], 300), (0, 1))(y0, matrix)
     discrete = jax.grad(_linear_loss(solver, oc.CheckpointAdjoint(), 300), (0, 1))(y0, matrix)
-    for g, d, e in zip(jax.tree.leaves(got), jax.tree.leaves(discrete),
-                       jax.tree.leaves(_exact_linear_grad()), strict=True):  # fmt: skip
+    for g, d, e in zip(
+        jax.tree.leaves(got),
+        jax.tree.leaves(discrete),
+        jax.tree.leaves(_exact_linear_grad()),
+        strict=True,
+    ):
         scale = float(jnp.max(jnp.abs(e)))
         assert float(jnp.max(jnp.abs(g - e))) <= 1e-2 * scale
         assert float(jnp.max(jnp.abs(d - e))) <= 1e-2 * scale
@@ -277,8 +325,14 @@ def test_pytree_state_matches_the_array_state(name):
 @pytest.mark.parametrize("differentiate", DIFFERENTIATE)
 @pytest.mark.parametrize("name", SOLVERS)
 def test_strict_promotion_gives_standard_results_bit_for_bit(name, differentiate):
-    loss = _loss(SOLVERS[name](), oc.CheckpointAdjoint(checkpoints=3), oc.ConstantStepSize(),
-                 3.0, 0.0, jnp.float32)  # fmt: skip
+    loss = _loss(
+        SOLVERS[name](),
+        oc.CheckpointAdjoint(checkpoints=3),
+        oc.ConstantStepSize(),
+        3.0,
+        0.0,
+        jnp.float32,
+    )
     fn = _value(loss, differentiate)
     args = (jnp.asarray(LV_Y0, jnp.float32), jnp.asarray(1.5, jnp.float32))
     with jax.numpy_dtype_promotion("standard"):

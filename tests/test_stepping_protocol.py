@@ -69,9 +69,15 @@ def test_user_solver_drives_an_adaptive_controller():
     controller = oc.PIDController(rtol=1e-6, atol=1e-8)
     ts = jnp.linspace(0.0, 2.0, 5)
     sol = oc.diffeqsolve(
-        DECAY, CrankNicolson(), 0.0, 2.0, 0.01, jnp.asarray(1.0),
-        saveat=oc.SaveAt(ts=ts), stepsize_controller=controller,
-    )  # fmt: skip
+        DECAY,
+        CrankNicolson(),
+        0.0,
+        2.0,
+        0.01,
+        jnp.asarray(1.0),
+        saveat=oc.SaveAt(ts=ts),
+        stepsize_controller=controller,
+    )
     np.testing.assert_allclose(sol.ys, np.exp(-np.asarray(ts)), rtol=1e-5)
 
 

@@ -59,11 +59,13 @@ def solver_params(fast=FAST):
 def robertson(t, y, k):
     """Robertson's chemical kinetics (Hairer & Wanner II, IV.1); `k` the rate constants."""
     k1, k2, k3 = k[0], k[1], k[2]
-    return jnp.stack([
-        -k1 * y[0] + k3 * y[1] * y[2],
-        k1 * y[0] - k2 * y[1] ** 2 - k3 * y[1] * y[2],
-        k2 * y[1] ** 2,
-    ])  # fmt: skip
+    return jnp.stack(
+        [
+            -k1 * y[0] + k3 * y[1] * y[2],
+            k1 * y[0] - k2 * y[1] ** 2 - k3 * y[1] * y[2],
+            k2 * y[1] ** 2,
+        ]
+    )
 
 
 ROBERTSON_K = np.array([0.04, 3e7, 1e4])
@@ -111,10 +113,15 @@ def radau(name: str, t1: float, ts: tuple[float, ...] | None = None) -> np.ndarr
     f = jax.jit(lambda t, y: field(t, y, args))
     jac = jax.jit(jax.jacfwd(lambda t, y: field(t, y, args), argnums=1))
     sol = scipy.integrate.solve_ivp(
-        lambda t, y: np.asarray(f(t, y)), (0.0, t1), y0, method="Radau", rtol=1e-12,
-        atol=1e-20 if name == "robertson" else 1e-12, t_eval=ts or (t1,),
+        lambda t, y: np.asarray(f(t, y)),
+        (0.0, t1),
+        y0,
+        method="Radau",
+        rtol=1e-12,
+        atol=1e-20 if name == "robertson" else 1e-12,
+        t_eval=ts or (t1,),
         jac=lambda t, y: np.asarray(jac(t, y)),
-    )  # fmt: skip
+    )
     assert sol.success, sol.message
     return sol.y.T
 
@@ -132,9 +139,14 @@ def robertson_sensitivities(t1: float) -> np.ndarray:
 
     f, jac = jax.jit(augmented), jax.jit(jax.jacfwd(augmented, argnums=1))
     sol = scipy.integrate.solve_ivp(
-        lambda t, z: np.asarray(f(t, z)), (0.0, t1), np.r_[ROBERTSON_Y0, np.zeros(9)],
-        method="Radau", rtol=1e-12, atol=1e-20, jac=lambda t, z: np.asarray(jac(t, z)),
-    )  # fmt: skip
+        lambda t, z: np.asarray(f(t, z)),
+        (0.0, t1),
+        np.r_[ROBERTSON_Y0, np.zeros(9)],
+        method="Radau",
+        rtol=1e-12,
+        atol=1e-20,
+        jac=lambda t, z: np.asarray(jac(t, z)),
+    )
     assert sol.success, sol.message
     return sol.y[3:, -1].reshape(3, 3)
 
@@ -286,8 +298,9 @@ def _final_values(field, solver, y0, args, t1, num_steps):
     """`y(t1)` with each of `num_steps` equal steps, in one `vmap`ped solve."""
 
     def solve(dt0):
-        sol = oc.diffeqsolve(field, solver, 0.0, t1, dt0, jnp.asarray(y0), args,
-                             max_steps=max(num_steps) + 1)  # fmt: skip
+        sol = oc.diffeqsolve(
+            field, solver, 0.0, t1, dt0, jnp.asarray(y0), args, max_steps=max(num_steps) + 1
+        )
         return sol.ys[0]
 
     return jax.jit(jax.vmap(solve))(t1 / jnp.asarray(num_steps, float))
@@ -324,8 +337,17 @@ def test_dense_output_converges_at_the_order(name):
     ts = jnp.array([0.3137, 0.7771, 1.2345, 1.6183, 1.9013])
 
     def solve(dt0):
-        sol = oc.diffeqsolve(linear_forced, solver, 0.0, 2.0, dt0, jnp.asarray(manufactured(0.0)),
-                             LINEAR_A, saveat=oc.SaveAt(ts=ts), max_steps=181)  # fmt: skip
+        sol = oc.diffeqsolve(
+            linear_forced,
+            solver,
+            0.0,
+            2.0,
+            dt0,
+            jnp.asarray(manufactured(0.0)),
+            LINEAR_A,
+            saveat=oc.SaveAt(ts=ts),
+            max_steps=181,
+        )
         return sol.ys
 
     ys = jax.jit(jax.vmap(solve))(2.0 / jnp.asarray(num_steps, float))
@@ -339,17 +361,29 @@ def test_dense_output_converges_at_the_order(name):
 # How many times the requested tolerance the *global* error may reach (the controller
 # bounds local errors). Rodas5P stays within it; the others' error estimates are less
 # conservative on these problems (measured: Kvaerno5 2.8x, Ros3P 1.6x on Robertson).
-GLOBAL_FACTOR = {"Rodas5P": 1.0, "Kvaerno5": 10.0, "Kvaerno4": 10.0, "Kvaerno3": 10.0,
-                 "Ros3P": 10.0}  # fmt: skip
+GLOBAL_FACTOR = {
+    "Rodas5P": 1.0,
+    "Kvaerno5": 10.0,
+    "Kvaerno4": 10.0,
+    "Kvaerno3": 10.0,
+    "Ros3P": 10.0,
+}
 
 
 @pytest.mark.parametrize("name", solver_params(fast={"Rodas5P"}))
 def test_robertson_matches_radau(name):
     solver, rtol, atol = SOLVERS[name][0], 1e-6, 1e-10
     sol = oc.diffeqsolve(
-        robertson, solver, 0.0, 1e5, None, jnp.asarray(ROBERTSON_Y0),
-        jnp.asarray(ROBERTSON_K), stepsize_controller=pid(rtol, atol), max_steps=4096,
-    )  # fmt: skip
+        robertson,
+        solver,
+        0.0,
+        1e5,
+        None,
+        jnp.asarray(ROBERTSON_Y0),
+        jnp.asarray(ROBERTSON_K),
+        stepsize_controller=pid(rtol, atol),
+        max_steps=4096,
+    )
     error = scaled_error(sol.ys[0], radau("robertson", 1e5)[0], rtol, atol)
     assert error <= GLOBAL_FACTOR[name]
 
@@ -360,14 +394,20 @@ def test_robertson_diffrax_example():
     decades from 1e-4 to 100): the interior outputs come from the dense output between
     steps up to 10 long, so the global error exceeds the local tolerance (by about 10
     here, as any local-error control allows), but stays within 1e-6 of SciPy's Radau
-    at rtol 1e-12, the tolerance `benchmarks/diffrax_examples.py` compares the two
+    at rtol 1e-12, the tolerance `tools/compat/example_specs.py` compares the two
     libraries with."""
     ts = (0.0, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
     sol = oc.diffeqsolve(
-        robertson, oc.Kvaerno5(), 0.0, 100.0, 2e-4, jnp.asarray(ROBERTSON_Y0),
-        jnp.asarray(ROBERTSON_K), saveat=oc.SaveAt(ts=jnp.asarray(ts)),
+        robertson,
+        oc.Kvaerno5(),
+        0.0,
+        100.0,
+        2e-4,
+        jnp.asarray(ROBERTSON_Y0),
+        jnp.asarray(ROBERTSON_K),
+        saveat=oc.SaveAt(ts=jnp.asarray(ts)),
         stepsize_controller=pid(1e-8, 1e-8),
-    )  # fmt: skip
+    )
     assert scaled_error(sol.ys, radau("robertson", 100.0, ts), 1e-6, 1e-6) <= 1.0
     assert scaled_error(sol.ys[-1], radau("robertson", 100.0)[0], 1e-8, 1e-8) <= 1.0
 
@@ -379,9 +419,16 @@ def test_robertson_diffrax_example():
 def test_van_der_pol_matches_radau(name):
     solver, tol = SOLVERS[name][0], 1e-6
     sol = oc.diffeqsolve(
-        van_der_pol, solver, 0.0, 3000.0, None, jnp.array([2.0, 0.0]), 1000.0,
-        stepsize_controller=pid(tol, tol), max_steps=16384,
-    )  # fmt: skip
+        van_der_pol,
+        solver,
+        0.0,
+        3000.0,
+        None,
+        jnp.array([2.0, 0.0]),
+        1000.0,
+        stepsize_controller=pid(tol, tol),
+        max_steps=16384,
+    )
     assert scaled_error(sol.ys[0], radau("van_der_pol", 3000.0)[0], tol, tol) <= GLOBAL_FACTOR[name]
 
 
@@ -389,10 +436,17 @@ def test_van_der_pol_matches_radau(name):
 def test_rodas5p_dense_output_matches_radau():
     ts = (500.0, 1000.0, 1500.0, 2000.0, 2500.0, 3000.0)
     sol = oc.diffeqsolve(
-        van_der_pol, oc.Rodas5P(), 0.0, 3000.0, None, jnp.array([2.0, 0.0]), 1000.0,
-        saveat=oc.SaveAt(ts=jnp.asarray(ts)), stepsize_controller=pid(1e-6, 1e-6),
+        van_der_pol,
+        oc.Rodas5P(),
+        0.0,
+        3000.0,
+        None,
+        jnp.array([2.0, 0.0]),
+        1000.0,
+        saveat=oc.SaveAt(ts=jnp.asarray(ts)),
+        stepsize_controller=pid(1e-6, 1e-6),
         max_steps=4096,
-    )  # fmt: skip
+    )
     assert scaled_error(sol.ys, radau("van_der_pol", 3000.0, ts), 1e-6, 1e-6) <= 1.0
 
 
@@ -401,8 +455,17 @@ def test_damped_oscillator_takes_few_steps(name):
     """Damping 1000 over [0, 10] at rtol 1e-6: Tsit5 needs ~3,600 steps (stability)."""
     solver, rtol, atol = SOLVERS[name][0], 1e-6, 1e-8
     y0 = jnp.array([1.0, 0.0])
-    sol = oc.diffeqsolve(damped, solver, 0.0, 10.0, None, y0, 1000.0,
-                         stepsize_controller=pid(rtol, atol), max_steps=1000)  # fmt: skip
+    sol = oc.diffeqsolve(
+        damped,
+        solver,
+        0.0,
+        10.0,
+        None,
+        y0,
+        1000.0,
+        stepsize_controller=pid(rtol, atol),
+        max_steps=1000,
+    )
     assert int(sol.stats["num_steps"]) < 100
     exact = jax.scipy.linalg.expm(10.0 * jnp.array([[0.0, 1.0], [-1.0, -1000.0]])) @ y0
     if name != "Ros3P":  # blind on linear problems: see the tableau test above
@@ -415,11 +478,13 @@ def test_damped_oscillator_takes_few_steps(name):
 # dy(1e5)/dk for Robertson from `robertson_sensitivities(1e5)` (Radau, rtol=1e-12 on
 # the forward-sensitivity system; ~3 minutes, so stored here and re-derived by the
 # slow test below).
-ROBERTSON_DY_DK = np.array([
-    [-7.9304712811783529e-01, -5.2818033621672330e-10, 3.1690758341094948e-06],
-    [-1.4688907582348329e-06, -2.1898424104324122e-15, 5.8642768195699348e-12],
-    [7.9304859700856678e-01, 5.2818252605916818e-10, -3.1690816983861540e-06],
-])  # fmt: skip
+ROBERTSON_DY_DK = np.array(
+    [
+        [-7.9304712811783529e-01, -5.2818033621672330e-10, 3.1690758341094948e-06],
+        [-1.4688907582348329e-06, -2.1898424104324122e-15, 5.8642768195699348e-12],
+        [7.9304859700856678e-01, 5.2818252605916818e-10, -3.1690816983861540e-06],
+    ]
+)
 ROBERTSON_WEIGHTS = np.array([1.0, 1e4, 1.0])  # so that every component counts
 
 
@@ -434,8 +499,17 @@ def test_robertson_gradient_matches_forward_sensitivities(name):
     solver, rtol, atol = SOLVERS[name][0], 1e-6, 1e-10
 
     def loss(k):
-        sol = oc.diffeqsolve(robertson, solver, 0.0, 1e5, None, jnp.asarray(ROBERTSON_Y0),
-                             k, stepsize_controller=pid(rtol, atol), max_steps=4096)  # fmt: skip
+        sol = oc.diffeqsolve(
+            robertson,
+            solver,
+            0.0,
+            1e5,
+            None,
+            jnp.asarray(ROBERTSON_Y0),
+            k,
+            stepsize_controller=pid(rtol, atol),
+            max_steps=4096,
+        )
         return sol.ys[0] @ jnp.asarray(ROBERTSON_WEIGHTS)
 
     grad = np.asarray(jax.jit(jax.grad(loss))(jnp.asarray(ROBERTSON_K)))
@@ -445,9 +519,18 @@ def test_robertson_gradient_matches_forward_sensitivities(name):
 
 def _vdp_loss(solver, adjoint):
     def loss(mu):
-        sol = oc.diffeqsolve(van_der_pol, solver, 0.0, 1.0, None, jnp.array([2.0, 0.0]), mu,
-                             stepsize_controller=pid(1e-6, 1e-8), max_steps=256,
-                             adjoint=adjoint)  # fmt: skip
+        sol = oc.diffeqsolve(
+            van_der_pol,
+            solver,
+            0.0,
+            1.0,
+            None,
+            jnp.array([2.0, 0.0]),
+            mu,
+            stepsize_controller=pid(1e-6, 1e-8),
+            max_steps=256,
+            adjoint=adjoint,
+        )
         return jnp.sum(sol.ys**2)
 
     return loss
@@ -490,7 +573,7 @@ def test_continuous_adjoints_with_an_explicit_adjoint_solver(name, adjoint):
 
 def _cubic_stage(p, hg=0.1, base=1.0):
     """`k = f(base + hg k)` with `f(z) = -p z^3`, solved from a poor guess."""
-    f = lambda t, z: -p * z**3  # noqa: E731
+    f = lambda t, z: -p * z**3
     stage = Stage(jnp.asarray(0.0), jnp.array([base]), jnp.asarray(hg))
     jac = jax.jacfwd(lambda z: f(0.0, z))(stage.base)
     lu = la.factor(jnp.eye(1) - hg * jac)
@@ -514,11 +597,12 @@ def test_stage_derivative_is_the_implicit_function_theorem():
 def test_failed_iteration_restarts_with_a_fresh_jacobian():
     """A factorisation of the wrong matrix diverges; the restart with the Jacobian at
     the stage converges."""
-    f = lambda t, z: -1e3 * z  # noqa: E731
+    f = lambda t, z: -1e3 * z
     stage = Stage(jnp.asarray(0.0), jnp.array([1.0, 2.0]), jnp.asarray(0.1))
     wrong = la.factor(jnp.eye(2))  # as if J = 0
-    result = solve_stage(f, stage, jnp.zeros(2), wrong, jnp.asarray(1.0),
-                         NewtonOptions(1e-10, 1e-12, 10))  # fmt: skip
+    result = solve_stage(
+        f, stage, jnp.zeros(2), wrong, jnp.asarray(1.0), NewtonOptions(1e-10, 1e-12, 10)
+    )
     assert bool(result.converged)
     np.testing.assert_allclose(result.k, -1e3 * stage.base / (1 + 1e2), rtol=1e-10)
     assert not np.allclose(result.lu.matrix, wrong.matrix)
@@ -528,12 +612,22 @@ def test_newton_failure_rejects_the_step():
     """Two iterations per stage are too few for a step of 0.5 on Van der Pol (mu=1000):
     adaptive steps shrink until Newton converges; constant steps end the solve."""
     solver, y0 = oc.Kvaerno5(max_iters=2), jnp.array([2.0, 0.0])
-    adaptive = oc.diffeqsolve(van_der_pol, solver, 0.0, 1.0, 0.5, y0, 1000.0,
-                              stepsize_controller=pid(1e-6, 1e-6), max_steps=256)  # fmt: skip
+    adaptive = oc.diffeqsolve(
+        van_der_pol,
+        solver,
+        0.0,
+        1.0,
+        0.5,
+        y0,
+        1000.0,
+        stepsize_controller=pid(1e-6, 1e-6),
+        max_steps=256,
+    )
     assert int(adaptive.stats["num_rejected_steps"]) >= 1
     assert int(adaptive.result) == oc.RESULTS.successful
-    constant = oc.diffeqsolve(van_der_pol, solver, 0.0, 1.0, 0.5, y0, 1000.0,
-                              max_steps=256, throw=False)  # fmt: skip
+    constant = oc.diffeqsolve(
+        van_der_pol, solver, 0.0, 1.0, 0.5, y0, 1000.0, max_steps=256, throw=False
+    )
     assert int(constant.result) == oc.RESULTS.implicit_solve_failed
     assert np.all(np.isinf(np.asarray(constant.ys)))  # nothing past the failed step
 
@@ -551,8 +645,17 @@ def test_esdirk_options_are_validated():
 
 
 def _robertson_final(solver, k, y0=ROBERTSON_Y0, rtol=1e-6, atol=1e-10, t1=40.0):
-    sol = oc.diffeqsolve(robertson, solver, 0.0, t1, None, jnp.asarray(y0), k,
-                         stepsize_controller=pid(rtol, atol), max_steps=1024)  # fmt: skip
+    sol = oc.diffeqsolve(
+        robertson,
+        solver,
+        0.0,
+        t1,
+        None,
+        jnp.asarray(y0),
+        k,
+        stepsize_controller=pid(rtol, atol),
+        max_steps=1024,
+    )
     return sol.ys[0]
 
 
@@ -569,8 +672,9 @@ def test_vmap_matches_separate_solves(name):
 @pytest.mark.parametrize("name", solver_params(fast={"Kvaerno5"}))
 def test_float32(name):
     solver, rtol, atol = SOLVERS[name][0], 1e-4, 1e-8
-    y = _robertson_final(solver, jnp.asarray(ROBERTSON_K, jnp.float32),
-                         np.float32(ROBERTSON_Y0), rtol, atol)  # fmt: skip
+    y = _robertson_final(
+        solver, jnp.asarray(ROBERTSON_K, jnp.float32), np.float32(ROBERTSON_Y0), rtol, atol
+    )
     assert y.dtype == jnp.float32
     expected = _robertson_final(oc.Rodas5P(), jnp.asarray(ROBERTSON_K), rtol=1e-10, atol=1e-14)
     assert scaled_error(y, expected, rtol, atol) <= 10.0
@@ -592,8 +696,9 @@ def test_large_state_uses_lu_factors(name):
     assert n > la.SMALL
     x = jnp.linspace(0.0, 1.0, n + 2)[1:-1]
     y0 = jnp.sin(jnp.pi * x) + 0.5 * jnp.sin(3 * jnp.pi * x)
-    sol = oc.diffeqsolve(heat, solver, 0.0, 0.1, None, y0, 1.0,
-                         stepsize_controller=pid(rtol, atol), max_steps=1024)  # fmt: skip
+    sol = oc.diffeqsolve(
+        heat, solver, 0.0, 0.1, None, y0, 1.0, stepsize_controller=pid(rtol, atol), max_steps=1024
+    )
     matrix = jax.jacfwd(heat, argnums=1)(0.0, y0, 1.0)
     exact = jax.scipy.linalg.expm(0.1 * matrix) @ y0
     assert scaled_error(sol.ys[0], exact, rtol, atol) <= GLOBAL_FACTOR[name]
@@ -609,19 +714,30 @@ def robertson_tree(t, y, k):
 def test_pytree_state_matches_flat_state(name):
     solver, k = SOLVERS[name][0], jnp.asarray(ROBERTSON_K)
     y0 = {"a": jnp.asarray(1.0), "bc": (jnp.asarray(0.0), jnp.asarray(0.0))}
-    sol = oc.diffeqsolve(robertson_tree, solver, 0.0, 40.0, None, y0, k,
-                         stepsize_controller=pid(1e-6, 1e-10), max_steps=1024)  # fmt: skip
+    sol = oc.diffeqsolve(
+        robertson_tree,
+        solver,
+        0.0,
+        40.0,
+        None,
+        y0,
+        k,
+        stepsize_controller=pid(1e-6, 1e-10),
+        max_steps=1024,
+    )
     tree = jnp.stack([sol.ys["a"][0], sol.ys["bc"][0][0], sol.ys["bc"][1][0]])
     np.testing.assert_allclose(tree, _robertson_final(solver, k), rtol=1e-12, atol=1e-18)
 
 
 def robertson_jacobian(t, y, k):
     k1, k2, k3 = k[0], k[1], k[2]
-    return jnp.array([
-        [-k1, k3 * y[2], k3 * y[1]],
-        [k1, -2 * k2 * y[1] - k3 * y[2], -k3 * y[1]],
-        [0.0, 2 * k2 * y[1], 0.0],
-    ])  # fmt: skip
+    return jnp.array(
+        [
+            [-k1, k3 * y[2], k3 * y[1]],
+            [k1, -2 * k2 * y[1] - k3 * y[2], -k3 * y[1]],
+            [0.0, 2 * k2 * y[1], 0.0],
+        ]
+    )
 
 
 def test_user_jacobian_gives_the_autodiff_solution():
@@ -631,7 +747,7 @@ def test_user_jacobian_gives_the_autodiff_solution():
 
 
 def test_wrong_user_jacobian_raises():
-    wrong = lambda t, y, k: -robertson_jacobian(t, y, k)  # noqa: E731
+    wrong = lambda t, y, k: -robertson_jacobian(t, y, k)
     with pytest.raises(Exception, match="disagrees with the derivative of the vector field"):
         _robertson_final(oc.Ros3P(jac=wrong), jnp.asarray(ROBERTSON_K))
     with pytest.raises(ValueError, match=r"must return an \(3, 3\) array"):

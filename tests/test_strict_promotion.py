@@ -24,15 +24,32 @@ def _field(t, y, args):
     return -args * y + 0.1 * jnp.sin(t).astype(y.dtype)
 
 
-def _solve(y0, args, solver=None, controller=_PID, adjoint=None, saveat=None, t0=0.0,
-           t1=1.0, dt0=0.1, **kwargs):  # fmt: skip
+def _solve(
+    y0,
+    args,
+    solver=None,
+    controller=_PID,
+    adjoint=None,
+    saveat=None,
+    t0=0.0,
+    t1=1.0,
+    dt0=0.1,
+    **kwargs,
+):
     return oc.diffeqsolve(
-        oc.ODETerm(_field), oc.Tsit5() if solver is None else solver, t0, t1, dt0, y0,
-        args, saveat=oc.SaveAt(t1=True) if saveat is None else saveat,
+        oc.ODETerm(_field),
+        oc.Tsit5() if solver is None else solver,
+        t0,
+        t1,
+        dt0,
+        y0,
+        args,
+        saveat=oc.SaveAt(t1=True) if saveat is None else saveat,
         stepsize_controller=controller,
         adjoint=oc.CheckpointAdjoint(checkpoints=3) if adjoint is None else adjoint,
-        max_steps=64, **kwargs,
-    )  # fmt: skip
+        max_steps=64,
+        **kwargs,
+    )
 
 
 def _loss(y0, args, **kwargs):
@@ -65,33 +82,36 @@ CASES = {
     "pid-pcoeff-f32": _grad(
         jnp.float32,
         controller=oc.PIDController(rtol=1e-4, atol=1e-6, pcoeff=0.2, icoeff=0.3, dcoeff=0.1),
-    ),  # fmt: skip
+    ),
     # adjoints and outputs
     "checkpoint-ts": _grad(adjoint=oc.CheckpointAdjoint(), saveat=oc.SaveAt(ts=_TS)),
     "checkpoint_3-steps": _grad(saveat=oc.SaveAt(steps=True)),
     "checkpoint_3-t0_t1-reversed": _grad(
         saveat=oc.SaveAt(t0=True, t1=True), t0=1.0, t1=0.0, dt0=-0.1
-    ),  # fmt: skip
+    ),
     "interpolating-ts": _grad(adjoint=oc.InterpolatingAdjoint(), saveat=oc.SaveAt(ts=_TS)),
     "interpolating-ts-reversed": _grad(
         adjoint=oc.InterpolatingAdjoint(), saveat=oc.SaveAt(ts=_TS[::-1]), t0=1.0, t1=0.0, dt0=-0.1
-    ),  # fmt: skip
+    ),
     "backsolve-t0_t1": _grad(adjoint=oc.BacksolveAdjoint(), saveat=oc.SaveAt(t0=True, t1=True)),
     # float32 states, with float64 times too
     "checkpoint_3-f32": _grad(jnp.float32, saveat=oc.SaveAt(ts=_TS)),
 }
 _F64_TIMES = dict(t0=jnp.asarray(0.0), t1=jnp.asarray(1.0), dt0=jnp.asarray(0.1))
-for _name, _adjoint in {"checkpoint": oc.CheckpointAdjoint(),
-                        "interpolating": oc.InterpolatingAdjoint(),
-                        "backsolve": oc.BacksolveAdjoint()}.items():  # fmt: skip
+for _name, _adjoint in {
+    "checkpoint": oc.CheckpointAdjoint(),
+    "interpolating": oc.InterpolatingAdjoint(),
+    "backsolve": oc.BacksolveAdjoint(),
+}.items():
     CASES[f"{_name}-f32-f64_times"] = _grad(jnp.float32, adjoint=_adjoint, **_F64_TIMES)
 CASES["dense"] = _grad(saveat=oc.SaveAt(dense=True, t1=True))
 CASES["f32-dense"] = _grad(jnp.float32, saveat=oc.SaveAt(dense=True, t1=True))
 CASES["f32-rodas5p"] = _grad(jnp.float32, solver=oc.Rodas5P())
 CASES["forward_mode-jvp"] = lambda: jax.jvp(
     lambda y0: _solve(y0, _ARGS, adjoint=oc.ForwardMode(), saveat=oc.SaveAt(ts=_TS)).ys,
-    (jnp.asarray(_Y0),), (jnp.ones(2),),
-)  # fmt: skip
+    (jnp.asarray(_Y0),),
+    (jnp.ones(2),),
+)
 CASES["vmap"] = lambda: jax.vmap(jax.grad(_loss), in_axes=(0, None))(
     jnp.stack([_Y0, 2 * _Y0]), jnp.asarray(_ARGS)
 )
@@ -99,7 +119,7 @@ CASES["grad_t1"] = lambda: jax.grad(lambda t1: _loss(_Y0, _ARGS, t1=t1))(1.0)
 CASES["grad_t0"] = lambda: jax.grad(
     lambda t0: _loss(
         _Y0, _ARGS, controller=oc.ConstantStepSize(), saveat=oc.SaveAt(steps=True), t0=t0
-    )  # fmt: skip
+    )
 )(0.1)
 CASES["grad_ts"] = lambda: jax.grad(lambda ts: _loss(_Y0, _ARGS, saveat=oc.SaveAt(ts=ts)))(_TS)
 CASES["throw_false"] = lambda: jax.grad(
@@ -133,10 +153,15 @@ CASES["traced_schedule-pid"] = _traced_schedule(_PID)
 
 # The default run keeps these (each compiles twice); the rest are marked slow.
 _QUICK = {
-    "euler-constant", "pid-pcoeff-f32", "checkpoint_3-t0_t1-reversed",
-    "interpolating-ts", "backsolve-f32-f64_times", "f32-rodas5p", "forward_mode-jvp",
+    "euler-constant",
+    "pid-pcoeff-f32",
+    "checkpoint_3-t0_t1-reversed",
+    "interpolating-ts",
+    "backsolve-f32-f64_times",
+    "f32-rodas5p",
+    "forward_mode-jvp",
     "progress_meter",
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize(
@@ -158,7 +183,14 @@ def test_strict_promotion_without_jit():
     `RESULTS` codes the library compares with: they must stay weakly typed."""
     controller = oc.PIDController(rtol=1e-5, atol=1e-5)
     with jax.numpy_dtype_promotion("strict"), jax.disable_jit():
-        sol = oc.diffeqsolve(lambda t, y, a: -y, oc.Kvaerno4(), 0, 0.5, 1e-2, jnp.ones(1),
-                             stepsize_controller=controller)  # fmt: skip
+        sol = oc.diffeqsolve(
+            lambda t, y, a: -y,
+            oc.Kvaerno4(),
+            0,
+            0.5,
+            1e-2,
+            jnp.ones(1),
+            stepsize_controller=controller,
+        )
         assert sol.result == oc.RESULTS.successful
     np.testing.assert_allclose(sol.ys[-1], np.exp(-0.5), rtol=1e-4)

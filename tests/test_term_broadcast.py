@@ -19,8 +19,9 @@ def test_scalars_integers_and_rows_broadcast(rate, dtype):
     rate = jnp.array([1.0, -1.0], dtype) if rate == "row" else rate
     sol = oc.diffeqsolve(lambda t, y, args: rate, oc.Euler(), 0.0, 2.0, 0.5, y0)
     assert sol.ys.dtype == dtype and sol.ys.shape == (1, 3, 2)
-    np.testing.assert_allclose(sol.ys[0], 1.0 + 2.0 * np.broadcast_to(np.asarray(rate), (3, 2)),
-                               rtol=1e-6)  # fmt: skip
+    np.testing.assert_allclose(
+        sol.ys[0], 1.0 + 2.0 * np.broadcast_to(np.asarray(rate), (3, 2)), rtol=1e-6
+    )
 
 
 def test_pytree_and_complex_state_and_gradient():
@@ -29,7 +30,7 @@ def test_pytree_and_complex_state_and_gradient():
 
     def solve(c):
         y0 = {"a": jnp.zeros(2), "z": jnp.ones(2, jnp.complex128)}
-        field = lambda t, y, args: {"a": args, "z": -y["z"].real}  # noqa: E731
+        field = lambda t, y, args: {"a": args, "z": -y["z"].real}
         sol = oc.diffeqsolve(field, oc.Tsit5(), 0.0, 1.0, 0.1, y0, args=c)
         return sol.ys
 

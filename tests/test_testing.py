@@ -193,7 +193,7 @@ def test_verdicts_table():
 def test_richardson_is_exact_for_a_quintic():
     # (f(1+h) - f(1-h)) / 2h for f = x^5 is 5 + 10 h^2 + h^4: order 2 removes both terms
     h = np.array([[0.4], [0.2], [0.1]])
-    f = lambda x: x**5  # noqa: E731
+    f = lambda x: x**5
     est = _fd.extrapolate(f(1 + h), f(1 - h), 5 * 2 * h, 2 * h, eps=0.0)
     np.testing.assert_allclose(est.residual, 0.0, atol=1e-13)
 
@@ -241,9 +241,11 @@ def mlp_loss(model, xs):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_equinox_mlp(dtype, mode):
     report = oct.assert_grads_close(mlp_loss, *mlp_and_inputs(dtype), mode=mode)
-    paths = ["directions"] if mode == "directional" else [
-        f"args[0].layers[{i}].{name}" for i in range(3) for name in ("weight", "bias")
-    ]  # fmt: skip
+    paths = (
+        ["directions"]
+        if mode == "directional"
+        else [f"args[0].layers[{i}].{name}" for i in range(3) for name in ("weight", "bias")]
+    )
     assert [leaf.path for leaf in report.leaves] == paths
 
 
@@ -343,9 +345,16 @@ ADJOINTS = [
 
 def decay(k, y0, adjoint, tol):
     sol = oc.diffeqsolve(
-        DECAY.vector_field, oc.Tsit5(), 0.0, 1.0, 0.1, y0, k, adjoint=adjoint,
+        DECAY.vector_field,
+        oc.Tsit5(),
+        0.0,
+        1.0,
+        0.1,
+        y0,
+        k,
+        adjoint=adjoint,
         stepsize_controller=oc.PIDController(rtol=tol, atol=tol),
-    )  # fmt: skip
+    )
     return jnp.sum(sol.ys[-1] * jnp.arange(1, 3, dtype=sol.ys.dtype))
 
 

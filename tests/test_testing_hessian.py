@@ -164,17 +164,28 @@ def closed_form_loss(k, y0):
 def solve_loss(k, y0, adjoint, field=None):
     field = field or (lambda t, y, k: k * (jnp.asarray(M, y.dtype) @ y))
     sol = oc.diffeqsolve(
-        field, oc.Tsit5(), 0.0, 2.0, 1 / 32, y0, k, saveat=oc.SaveAt(ts=jnp.asarray(TS)),
+        field,
+        oc.Tsit5(),
+        0.0,
+        2.0,
+        1 / 32,
+        y0,
+        k,
+        saveat=oc.SaveAt(ts=jnp.asarray(TS)),
         adjoint=adjoint,
-    )  # fmt: skip
+    )
     return jnp.sum(jnp.asarray(WEIGHTS, sol.ys.dtype) * sol.ys**2)
 
 
 def _full(blocks, n_k=1, n_y=2):
     """The 3x3 Hessian in `(k, y0)` from the four blocks of a report."""
-    h = [[b.reshape(r, c) for b, (r, c) in zip(row, sizes, strict=True)]
-         for row, sizes in ((blocks[:2], [(n_k, n_k), (n_k, n_y)]),
-                            (blocks[2:], [(n_y, n_k), (n_y, n_y)]))]  # fmt: skip
+    h = [
+        [b.reshape(r, c) for b, (r, c) in zip(row, sizes, strict=True)]
+        for row, sizes in (
+            (blocks[:2], [(n_k, n_k), (n_k, n_y)]),
+            (blocks[2:], [(n_y, n_k), (n_y, n_y)]),
+        )
+    ]
     return np.block(h)
 
 
@@ -205,8 +216,10 @@ def test_linear_ode_hessian_passes_and_matches_the_matrix_exponential(adjoint):
 
 def _hessian_blocks(fn, k, y0):
     h = jax.hessian(fn, argnums=(0, 1))(k, y0)
-    return [[np.reshape(h[r][c], (np.size(a), np.size(b))) for c, b in enumerate((k, y0))]
-            for r, a in enumerate((k, y0))]  # fmt: skip
+    return [
+        [np.reshape(h[r][c], (np.size(a), np.size(b))) for c, b in enumerate((k, y0))]
+        for r, a in enumerate((k, y0))
+    ]
 
 
 @pytest.mark.slow
@@ -243,7 +256,7 @@ def test_ode_with_a_planted_second_derivative_fails():
 
     k, y0 = jnp.asarray(0.9), jnp.asarray([1.2, -0.6])
     adjoint = oc.CheckpointAdjoint(checkpoints=4)
-    loss = lambda k, y0: solve_loss(k, y0, adjoint, field)  # noqa: E731
+    loss = lambda k, y0: solve_loss(k, y0, adjoint, field)
     oct.assert_grads_close(loss, k, y0, argnums=(0, 1), rtol=1e-9)
     with pytest.raises(oct.HessianCheckError, match="mismatch: the Hessian is wrong"):
         oct.assert_hessian_close(loss, k, y0, argnums=(0, 1), rtol=1e-9)

@@ -13,19 +13,23 @@ import odeckpt as oc
 
 def _loss(args, adjoint, dtype):
     # `a[1]` (a Python int) and `a[0]` (a Python float) multiply `y` uncast.
-    field = lambda t, y, a: -a[0] * a[1] * y  # noqa: E731
-    sol = oc.diffeqsolve(field, oc.Tsit5(), 0.0, 1.0, 0.1, jnp.ones(2, dtype), args,
-                         adjoint=adjoint, max_steps=16)  # fmt: skip
+    field = lambda t, y, a: -a[0] * a[1] * y
+    sol = oc.diffeqsolve(
+        field, oc.Tsit5(), 0.0, 1.0, 0.1, jnp.ones(2, dtype), args, adjoint=adjoint, max_steps=16
+    )
     assert sol.ys.dtype == dtype
     return jnp.sum(sol.ys)
 
 
 @pytest.mark.parametrize(
     "adjoint, dtype",
-    [(oc.CheckpointAdjoint(), jnp.float64), (oc.CheckpointAdjoint(), jnp.float32),
-     pytest.param(oc.BacksolveAdjoint(), jnp.float64, marks=pytest.mark.slow)],
+    [
+        (oc.CheckpointAdjoint(), jnp.float64),
+        (oc.CheckpointAdjoint(), jnp.float32),
+        pytest.param(oc.BacksolveAdjoint(), jnp.float64, marks=pytest.mark.slow),
+    ],
     ids=["checkpoint-float64", "checkpoint-float32", "backsolve-float64"],
-)  # fmt: skip
+)
 def test_python_scalars_in_args_under_strict_promotion(adjoint, dtype):
     with jax.numpy_dtype_promotion("strict"):
         dk, dn = jax.grad(_loss, allow_int=True)((0.5, 3), adjoint, dtype)

@@ -155,8 +155,9 @@ def _run_window(body, problem, c, w, decisions, ct_buffers, local: _Local):
         store = (pos == hand.target) & hand.push  # recorded by `iteration`
         count = local.count + store.astype(jnp.int32)
         hand = _Hand(state, pos, hand.target, hand.push, hand.held, store)
-        return _Local(local.start, base, local.b, count, local.pos, None, hand, local.ct,
-                      local.going)  # fmt: skip
+        return _Local(
+            local.start, base, local.b, count, local.pos, None, hand, local.ct, local.going
+        )
 
     def restore(problem, local: _Local):
         k = local.count - local.base  # the top entry's local index
@@ -168,12 +169,22 @@ def _run_window(body, problem, c, w, decisions, ct_buffers, local: _Local):
 
     def reverse(problem, decisions, ct_buffers, local: _Local):
         b, base = local.b - 1, local.base
-        ct = _reversed(body, problem, local.hand.state, row(decisions, b - local.start),
-                       local.ct, ct_buffers)  # fmt: skip
+        ct = _reversed(
+            body, problem, local.hand.state, row(decisions, b - local.start), local.ct, ct_buffers
+        )
         popped = local.pos[local.count - base] == b
         hand = eqx.tree_at(lambda h: h.held, local.hand, jnp.asarray(False))
-        return _Local(local.start, base, b, local.count - popped.astype(jnp.int32), local.pos,
-                      None, hand, ct, local.going)  # fmt: skip
+        return _Local(
+            local.start,
+            base,
+            b,
+            local.count - popped.astype(jnp.int32),
+            local.pos,
+            None,
+            hand,
+            ct,
+            local.going,
+        )
 
     def plan(b, count, pos, target, push):
         return _segment(b, count, pos, c)
@@ -188,8 +199,9 @@ def _run_window(body, problem, c, w, decisions, ct_buffers, local: _Local):
         hand = batch_cond(~local.hand.held, restore, keep, problem, local)
         # A conditional: the split's loop would otherwise run on every step (the window
         # loop's body is small enough to run inline, so a branch costs little there).
-        target, push = batch_cond(hand.plan, plan, planned, local.b, local.count, hand.pos,
-                                  hand.target, hand.push)  # fmt: skip
+        target, push = batch_cond(
+            hand.plan, plan, planned, local.b, local.count, hand.pos, hand.target, hand.push
+        )
         hand = _Hand(hand.state, hand.pos, target, push, hand.held, jnp.asarray(False))
         local = eqx.tree_at(lambda lo: lo.hand, local, hand)
         reached = hand.pos == local.b - 1
@@ -256,8 +268,9 @@ def backward_online(body, problem, res: Residuals, ct_state, ct_buffers, c, w):
         stack_pos = stack.pos.at[at].set(local.pos, mode="drop")
         slot = jnp.where(live[1:], stack.slot[jnp.clip(entries[1:], 0, c - 1)], c)
         slots = set_row(carry.slots, slot, local.fresh)
-        return _Online(local.b, _Stack(local.count, stack_pos, stack.slot), local.hand,
-                       local.ct, slots)  # fmt: skip
+        return _Online(
+            local.b, _Stack(local.count, stack_pos, stack.slot), local.hand, local.ct, slots
+        )
 
     like = eqx.filter_eval_shape(body.restore, problem, row(res.slots, 0))
     placeholder = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), like)

@@ -72,7 +72,7 @@ def _emitted_rows(e: Emitter, problem, records, lo, his):
         written = (j >= lo) & (j < his[-1])
         # An unwritten row's value is discarded: no cotangent may flow back through it
         # (its record may be the zeros of an iteration that took no step).
-        hold = lambda x: jnp.where(written, x, lax.stop_gradient(x))  # noqa: E731
+        hold = lambda x: jnp.where(written, x, lax.stop_gradient(x))
         record = jax.tree.map(lambda r: hold(r[k]), records)
         value = e.value(_with_inexact_held(problem, hold), record, j)
         return jax.tree.map(lambda v: jnp.where(written, v, jnp.full_like(v, jnp.inf)), value)

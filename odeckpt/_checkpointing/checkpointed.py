@@ -129,13 +129,24 @@ def _forward_store_all(body, problem, state0, max_steps, w, like: StepShapes):
         state, i = carry.state, carry.num_steps
         going = keep_going(body, problem, max_steps, state, i)
         length = jnp.where(going, jnp.minimum(max_steps - i, w), 0)
-        run = _run(body, problem, state0, state, carry.buffers, i, length, keep_states=True,
-                   w=w, like=like)  # fmt: skip
-        return _StoreAll(run.state, run.buffers, i + run.taken, flush(carry.store, i, run.states),
-                         flush(carry.decisions, i, run.decisions))  # fmt: skip
+        run = _run(
+            body, problem, state0, state, carry.buffers, i, length, keep_states=True, w=w, like=like
+        )
+        return _StoreAll(
+            run.state,
+            run.buffers,
+            i + run.taken,
+            flush(carry.store, i, run.states),
+            flush(carry.decisions, i, run.decisions),
+        )
 
-    init = _StoreAll(state0, empty_buffers(body, problem, like.record),
-                     jnp.asarray(0, jnp.int32), store, decisions)  # fmt: skip
+    init = _StoreAll(
+        state0,
+        empty_buffers(body, problem, like.record),
+        jnp.asarray(0, jnp.int32),
+        store,
+        decisions,
+    )
     cond = _any_going(body, problem, max_steps)
     out = lax.while_loop(cond, chunk, batched_like(init, state0))
     n = out.num_steps
@@ -182,7 +193,7 @@ def _online_schedule(c: int, max_steps: int, expected: int | None, w: int):
     if _use_table(c, max_steps, expected):
         table = _online_table(c, max_steps, expected, w)
         slots, gaps, next_slots = (jnp.asarray(t) for t in table)
-        ahead = lambda online, i: (online, gaps[i], next_slots[i])  # noqa: E731
+        ahead = lambda online, i: (online, gaps[i], next_slots[i])
         return (jnp.zeros((), jnp.int32), slots[0]), ahead
 
     def ahead(online, i):
@@ -227,17 +238,29 @@ def _forward_online(body, problem, state0, max_steps, c, expected, w, like: Step
         positions = carry.positions.at[slot].set(i, mode="drop")
         online, length, slot = ahead(carry.online, i)
         length = jnp.where(going, jnp.minimum(length, max_steps - i), 0)
-        run = _run(body, problem, state0, state, carry.buffers, i, length, keep_states=False,
-                   w=w, like=like)  # fmt: skip
+        run = _run(
+            body,
+            problem,
+            state0,
+            state,
+            carry.buffers,
+            i,
+            length,
+            keep_states=False,
+            w=w,
+            like=like,
+        )
         decisions = flush(carry.decisions, i, run.decisions)
-        return _OnlineForward(run.state, run.buffers, i + run.taken, online, slot, slots,
-                              positions, decisions)  # fmt: skip
+        return _OnlineForward(
+            run.state, run.buffers, i + run.taken, online, slot, slots, positions, decisions
+        )
 
     slots = zero_rows(body.compress(state0), c)
     positions = jnp.full((c,), -1, jnp.int32)
     buffers = empty_buffers(body, problem, like.record)
-    init = _OnlineForward(state0, buffers, jnp.asarray(0, jnp.int32), online, slot, slots,
-                          positions, decisions)  # fmt: skip
+    init = _OnlineForward(
+        state0, buffers, jnp.asarray(0, jnp.int32), online, slot, slots, positions, decisions
+    )
     cond = _any_going(body, problem, max_steps)
     out = lax.while_loop(cond, chunk, batched_like(init, state0))
     n = out.num_steps

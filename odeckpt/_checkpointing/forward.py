@@ -16,7 +16,7 @@ def empty_buffers(body: AbstractForwardBody, problem, record) -> tuple:
 
     def empty(e: Emitter):
         shape = eqx.filter_eval_shape(e.value, problem, record, jnp.asarray(0))
-        fill = lambda s: jnp.full((e.size, *s.shape), jnp.inf, s.dtype)  # noqa: E731
+        fill = lambda s: jnp.full((e.size, *s.shape), jnp.inf, s.dtype)
         return jax.tree.map(fill, shape)
 
     return tuple(empty(e) for e in body.emitters)

@@ -41,7 +41,7 @@ def _emitter_cotangents(body, problem, state, new, record, ct_buffers):
         lo, hi = e.span(problem, state, new)
 
         def pull(j, acc, e=e, ct_buf=ct_buf):
-            fn = lambda a, b: e.value(eqx.combine(a, pr_s), eqx.combine(b, rec_s), j)  # noqa: E731
+            fn = lambda a, b: e.value(eqx.combine(a, pr_s), eqx.combine(b, rec_s), j)
             _, vjp_fn = jax.vjp(fn, pr_d, rec_d)
             return tree_add(acc, vjp_fn(row(ct_buf, j)))
 
@@ -66,7 +66,7 @@ def reverse_step(body: LoopBody, problem, state, decisions, ct_new, ct_buffers):
     def rejected(problem, state, decisions, ct_new, ct_buffers):
         pr_d, pr_s = eqx.partition(problem, is_diff)
         st_d, st_s = eqx.partition(state, is_diff)
-        fn = lambda a, b: eqx.partition(  # noqa: E731
+        fn = lambda a, b: eqx.partition(
             body.skip(eqx.combine(a, pr_s), eqx.combine(b, st_s), decisions), is_diff
         )[0]
         return jax.vjp(fn, pr_d, st_d)[1](ct_new)

@@ -93,8 +93,9 @@ class AbstractStepSizeController(eqx.Module):
     def init(self, terms, t0, t1, y0, dt0, args, func, error_order) -> tuple:
         """diffrax's protocol (see `protocol`): `(end of the first step, state)`, with
         `func(terms, t, y, args)` the vector field and `error_order` the solver's."""
-        return protocol_init(self, terms, t0, t1, y0, dt0, args, func, error_order,
-                             (ControllerState, Decision))  # fmt: skip
+        return protocol_init(
+            self, terms, t0, t1, y0, dt0, args, func, error_order, (ControllerState, Decision)
+        )
 
     def adapt_step_size(self, t0, t1, y0, y1_candidate, args, y_error, error_order, state):
         """diffrax's protocol (see `protocol`): `(keep_step, next_t0, next_t1, made_jump,

@@ -122,7 +122,7 @@ class ClipStepSizeController(AbstractAdaptiveStepSizeController):
         """The wrapped controller's running form, clipped to the times in internal
         time (`sign * t`, sorted, in the time dtype)."""
         inner = self.controller.for_solve(t0, t1, dt0, sign)
-        internal = lambda ts: None if ts is None else jnp.sort(jnp.asarray(ts, t0.dtype) * sign)  # noqa: E731
+        internal = lambda ts: None if ts is None else jnp.sort(jnp.asarray(ts, t0.dtype) * sign)
         return ClippedSteps(inner, internal(self.step_ts), internal(self.jump_ts), t0)
 
     @property

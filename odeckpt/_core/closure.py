@@ -144,6 +144,9 @@ def closure_convert(fn: Callable, *args) -> ClosureConverted:
     closed = jax.make_jaxpr(flat_fn)(*structs)
     out_tree, out_static = aux[-1]
     return ClosureConverted(
-        _Program(closed.jaxpr), list(closed.consts), _Key(static), _Key(out_tree),
+        _Program(closed.jaxpr),
+        list(closed.consts),
+        _Key(static),
+        _Key(out_tree),
         _Key(out_static),
-    )  # fmt: skip
+    )

@@ -65,7 +65,7 @@ def as_arrays(tree):
     back into arrays, so the closure-converted vector field sees what it was traced with:
     weakly typed, as the scalar was (an integer in `args` then multiplies a float64 state
     under strict promotion, as it did before)."""
-    typed = lambda x: isinstance(x, float | int | complex) and hasattr(x, "dtype")  # noqa: E731
+    typed = lambda x: isinstance(x, float | int | complex) and hasattr(x, "dtype")
     return jax.tree.map(lambda x: _weak_array(x) if typed(x) else x, tree)
 
 
@@ -97,7 +97,7 @@ def real_view(tree: Y) -> Y:
     complex Jacobian `df/dy` describes only holomorphic fields). For a holomorphic
     field the real-view step equals the complex one, at twice the unknowns.
     `odeckpt.testing` checks the gradients of complex leaves through it too."""
-    split = lambda x: jnp.stack([x.real, x.imag], axis=-1) if is_complex(x) else x  # noqa: E731
+    split = lambda x: jnp.stack([x.real, x.imag], axis=-1) if is_complex(x) else x
     return jax.tree.map(split, tree)
 
 

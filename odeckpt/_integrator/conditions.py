@@ -47,8 +47,7 @@ class EventRequest(eqx.Module):
         """Per condition, whether it triggers on a step whose ends give `before` and
         `after`: a real one changes sign (in its `direction`), a boolean one holds."""
         out = []
-        for g0, g1, direction, real in zip(before, after, self.directions, self.real,
-                                           strict=True):  # fmt: skip
+        for g0, g1, direction, real in zip(before, after, self.directions, self.real, strict=True):
             if not real:
                 out.append(jnp.asarray(g1, bool))
             elif direction is None:
@@ -61,8 +60,10 @@ class EventRequest(eqx.Module):
 
     def at_start(self, values: list) -> list:
         """Per condition, whether it triggers at `t0`: a boolean one that holds."""
-        return [jnp.asarray(g if not real else False, bool)
-                for g, real in zip(values, self.real, strict=True)]  # fmt: skip
+        return [
+            jnp.asarray(g if not real else False, bool)
+            for g, real in zip(values, self.real, strict=True)
+        ]
 
 
 def _secant_or_middle(a, b, fa, fb):
@@ -95,7 +96,7 @@ def illinois(h: Callable, a, b, fa, fb):
     zero, with the smaller `|h|`. Not differentiated."""
     a, b, fa, fb = (lax.stop_gradient(jnp.asarray(x)) for x in (a, b, fa, fb))
     fa, fb = fa.astype(a.dtype), fb.astype(a.dtype)
-    h_real = lambda s: jnp.asarray(h(s)).astype(a.dtype)  # noqa: E731
+    h_real = lambda s: jnp.asarray(h(s)).astype(a.dtype)
     eps = jnp.finfo(a.dtype).eps
 
     def open_(carry):

@@ -40,9 +40,9 @@ def _fixed(tree):
 def _crossing(cond, dense: DenseStep, args, triggered, g0, g1):
     """Where a real condition crosses zero on `dense` (its end where not triggered),
     with the implicit function theorem's derivatives."""
-    h = lambda s: cond(s, dense.evaluate(s), args)  # noqa: E731
+    h = lambda s: cond(s, dense.evaluate(s), args)
     cond_, dense_, args_ = _fixed((cond, dense, args))
-    h_fixed = lambda s: cond_(s, dense_.evaluate(s), args_)  # noqa: E731
+    h_fixed = lambda s: cond_(s, dense_.evaluate(s), args_)
     t0, t1 = dense_.t0, dense_.t1
     root = lax.cond(triggered, lambda: illinois(h_fixed, t0, t1, g0, g1), lambda: t1)
     return implicit_root(h, root)
@@ -77,9 +77,10 @@ def event_step(problem: Problem, state: State, new: State, record: Record, accep
     triggered = [going & fired for fired in event.triggered(before, after)]
     times = [
         _crossing(cond, dense, args, fired, g0, g1) if real else state.t_next
-        for cond, real, fired, g0, g1 in zip(event.conds, event.real, triggered, before, after,
-                                             strict=True)
-    ]  # fmt: skip
+        for cond, real, fired, g0, g1 in zip(
+            event.conds, event.real, triggered, before, after, strict=True
+        )
+    ]
     earliest, index = _earliest(triggered, times)
     fired = index > 0
     # Evaluated at the step's end where nothing fired: `inf` would put NaN in gradients.

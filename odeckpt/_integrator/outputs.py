@@ -93,12 +93,17 @@ def emitters(
         if not _saved(layout, of_state):
             continue
         if layout.num_ts:
-            out.append(Emitter(ft.partial(_ts_span, k), ft.partial(_ts_value, k, of_state),
-                               layout.num_ts))  # fmt: skip
+            out.append(
+                Emitter(ft.partial(_ts_span, k), ft.partial(_ts_value, k, of_state), layout.num_ts)
+            )
         if layout.steps:
-            out.append(Emitter(ft.partial(_step_span, layout.steps),
-                               ft.partial(_step_value, k, of_state),
-                               max_steps // layout.steps))  # fmt: skip
+            out.append(
+                Emitter(
+                    ft.partial(_step_span, layout.steps),
+                    ft.partial(_step_value, k, of_state),
+                    max_steps // layout.steps,
+                )
+            )
     if save_dense and not of_state:
         out.append(Emitter(ft.partial(_step_span, 1), _dense_value, max_steps))
     return tuple(out)
@@ -109,7 +114,7 @@ def outputs(
 ) -> Outputs:
     """The buffers (one per emitter, in `emitters`' order) as an `Outputs` record."""
     rows = list(buffers)
-    take = lambda saved: rows.pop(0) if saved else None  # noqa: E731
+    take = lambda saved: rows.pop(0) if saved else None
     subs = []
     for layout in layouts:
         saved = _saved(layout, of_state)

@@ -34,8 +34,9 @@ def knot_times(ts, caller: str, *, strict: bool) -> jax.Array:
         _check_increasing(values, caller, strict=strict)
     elif strict:
         bad = ~jnp.all(ts[1:] > ts[:-1])
-        ts = eqx.error_if(ts, bad, f"`{caller}(ts=...)` must be strictly increasing "
-                          "(checked at run time)")  # fmt: skip
+        ts = eqx.error_if(
+            ts, bad, f"`{caller}(ts=...)` must be strictly increasing (checked at run time)"
+        )
     return ts
 
 

@@ -61,8 +61,12 @@ def _is_integer(x) -> bool:
 def check_inputs(solver, controller, adjoint, saveat, max_steps, dt0):
     """The types of the solve's parts, and the options that must fit together."""
     _check_type(solver, AbstractSolver, "solver", "e.g. `odeckpt.Tsit5()`")
-    _check_type(controller, AbstractStepSizeController, "stepsize_controller",
-                "e.g. `odeckpt.PIDController(rtol=1e-6, atol=1e-8)`")  # fmt: skip
+    _check_type(
+        controller,
+        AbstractStepSizeController,
+        "stepsize_controller",
+        "e.g. `odeckpt.PIDController(rtol=1e-6, atol=1e-8)`",
+    )
     _check_type(adjoint, AbstractAdjoint, "adjoint", "e.g. `odeckpt.CheckpointAdjoint()`")
     _check_type(saveat, SaveAt, "saveat", "e.g. `odeckpt.SaveAt(t1=True)`")
     name = type(controller).__name__
@@ -109,11 +113,13 @@ def check_terms(terms, solver, y0) -> None:
         raise ValueError(
             f"`{name}` takes a tuple of {len(wanted)} terms, `(ODETerm(f), ODETerm(g))` for "
             "`y = (q, p)` with dq/dt = f(t, p, args), dp/dt = g(t, q, args); got "
-            f"{_described(terms)}.")  # fmt: skip
+            f"{_described(terms)}."
+        )
     if isinstance(wanted, tuple) and not (isinstance(y0, tuple) and len(y0) == len(wanted)):
         raise ValueError(
             f"`{name}` needs `y0 = (q0, p0)`, a tuple of {len(wanted)} PyTrees; got "
-            f"{_described(y0)}.")  # fmt: skip
+            f"{_described(y0)}."
+        )
 
 
 def _described(x) -> str:  # "a tuple of 3" for a sequence, else the type's name
@@ -225,8 +231,9 @@ def check_vector_field(term, t0, y0, args) -> None:
             "The vector field must return a PyTree with the structure of `y`; "
             f"`f(t0, y0, args)` returned {out_struct} for `y0` with {y_struct}."
         )
-    for (path, y), dy in zip(jax.tree_util.tree_flatten_with_path(y0)[0], jax.tree.leaves(out),
-                             strict=True):  # fmt: skip
+    for (path, y), dy in zip(
+        jax.tree_util.tree_flatten_with_path(y0)[0], jax.tree.leaves(out), strict=True
+    ):
         name = jax.tree_util.keystr(path) or "y0"
         if not isinstance(dy, jax.ShapeDtypeStruct):
             raise TypeError(
@@ -280,7 +287,7 @@ def check_event(event, adjoint, t0, y0, args, kwargs: dict) -> tuple[bool, ...]:
             "`BacksolveAdjoint(solver=Tsit5())` (reverse mode), or `ForwardMode()`, with "
             "`event=...`."
         )
-    call = lambda c: lambda t, y, a: jnp.asarray(c(t, y, a, **kwargs))  # noqa: E731
+    call = lambda c: lambda t, y, a: jnp.asarray(c(t, y, a, **kwargs))
     outs = [eqx.filter_eval_shape(call(c), t0, y0, args) for c in event.conditions]
     for i, out in enumerate(outs):
         if out.shape != () or not (jnp.issubdtype(out.dtype, jnp.floating) or out.dtype == bool):

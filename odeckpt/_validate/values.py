@@ -77,7 +77,7 @@ def _value_checks(y0, args, t0, t1, dt0, ts, controller, event):
             message = f"`args` has NaN or inf values in leaf {name}; pass finite `args`."
             yield _ValueCheck((leaf,), _nonfinite, message)
     yield _ValueCheck((t0,), _nonfinite, "`t0` must be finite.")
-    nan = lambda xp, x: xp.isnan(x)  # noqa: E731  (an event may end the solve: t1 may be inf)
+    nan = lambda xp, x: xp.isnan(x)  # (an event may end the solve: t1 may be inf)
     end = (nan, "`t1` must not be NaN.") if event else (_nonfinite, "`t1` must be finite.")
     yield _ValueCheck((t1,), *end)
     if dt0 is not None:

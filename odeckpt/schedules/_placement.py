@@ -84,9 +84,14 @@ def _level_up(state: OnlineState, i: int) -> OnlineState:
         return state
     table = (table[1], table[2], table[3], _cumsum_saturated(table[3]))
     return OnlineState(
-        state.kind, state.positions, state.order, state.count, state.rho + 1, table,
+        state.kind,
+        state.positions,
+        state.order,
+        state.count,
+        state.rho + 1,
+        table,
         state.levels,
-    )  # fmt: skip
+    )
 
 
 def _stored(state: OnlineState, i: int, slot: int, evict: int, level: int) -> OnlineState:
@@ -98,6 +103,11 @@ def _stored(state: OnlineState, i: int, slot: int, evict: int, level: int) -> On
     levels = state.levels[:evict] + state.levels[evict + 1 : count] + (level,)
     pad = (-1,) * (c - count)
     return OnlineState(
-        state.kind, positions, order + pad, count, state.rho, state.table,
+        state.kind,
+        positions,
+        order + pad,
+        count,
+        state.rho,
+        state.table,
         levels + (0,) * (c - count),
-    )  # fmt: skip
+    )

@@ -259,9 +259,13 @@ def check_hessian(
     rtol = _fd.default_rtol(blocks[0].eps) if rtol is None else rtol
     atol = rtol * float(finite.max(initial=0.0)) if atol is None else atol
     return HessianReport(
-        tuple(_judge(b, rtol, atol) for b in blocks), value, mode, f"forward-over-{ad}", order,
+        tuple(_judge(b, rtol, atol) for b in blocks),
+        value,
+        mode,
+        f"forward-over-{ad}",
+        order,
         count,
-    )  # fmt: skip
+    )
 
 
 def assert_hessian_close(fn: Callable[..., PyTree], *args: Any, **kwargs: Any) -> HessianReport:
@@ -297,9 +301,17 @@ def _judge(leaf: RawLeaf, rtol: float | None, atol: float | None) -> LeafReport:
     tol, atol = _fd.tolerance(leaf.fd, rtol, atol)
     verdict = _fd.verdicts(leaf.analytic, leaf.fd, leaf.fd_error, tol)
     return LeafReport(
-        leaf.path, leaf.shape, leaf.dtype, leaf.analytic, leaf.fd, leaf.fd_error, tol, verdict,
-        rtol, atol,
-    )  # fmt: skip
+        leaf.path,
+        leaf.shape,
+        leaf.dtype,
+        leaf.analytic,
+        leaf.fd,
+        leaf.fd_error,
+        tol,
+        verdict,
+        rtol,
+        atol,
+    )
 
 
 def _check_options(name, mode, ad, order, num_directions) -> None:

@@ -40,7 +40,7 @@ def _analytic(scalar_fn, ad, batch_size, leaves, tangents):
         return jax.value_and_grad(scalar_fn)(leaves)
     if tangents is None:
         return scalar_fn(leaves), jax.jacfwd(scalar_fn)(leaves)
-    jvp = lambda t: jax.jvp(scalar_fn, (leaves,), (t,))  # noqa: E731
+    jvp = lambda t: jax.jvp(scalar_fn, (leaves,), (t,))
     primals, tangents_out = lax.map(jvp, tangents, batch_size=batch_size)
     return primals[0], tangents_out
 
@@ -111,9 +111,14 @@ def full_check(target: Target, ad: str, order: int, scale, batch_size):
     )
     values = jnp.asarray(np.concatenate([p.ravel() for p in points]), promoted_dtype(*leaves))
     value, grads, f = _full_program(
-        target.scalar_fn, ad, batch_size, leaves, jnp.asarray(leaf_id, jnp.int32),
-        jnp.asarray(index, jnp.int32), values,
-    )  # fmt: skip
+        target.scalar_fn,
+        ad,
+        batch_size,
+        leaves,
+        jnp.asarray(leaf_id, jnp.int32),
+        jnp.asarray(index, jnp.int32),
+        values,
+    )
     f_split = np.split(host(f), np.cumsum([p.size for p in points])[:-1])
     raw = []
     for leaf, path, grad, p, e, fk in zip(

@@ -161,19 +161,35 @@ class GradReport:
         return "\n".join(lines)
 
 
-_COLUMNS = ("path", "shape", "max |diff|", "max rel", "worst", "analytic", "FD",
-            "FD err est", "tol", "status")  # fmt: skip
+_COLUMNS = (
+    "path",
+    "shape",
+    "max |diff|",
+    "max rel",
+    "worst",
+    "analytic",
+    "FD",
+    "FD err est",
+    "tol",
+    "status",
+)
 
 
 def _row(leaf: LeafReport) -> tuple[str, ...]:
     i = leaf.worst(1)[0] if leaf.analytic.size else None
     at = (lambda a: f"{a[i]:.6g}") if i is not None else (lambda a: "-")
     return (
-        leaf.path, str(leaf.shape), f"{leaf.max_abs_error:.2e}", f"{leaf.max_rel_error:.2e}",
-        "-" if i is None else str(leaf.index(i)), at(leaf.analytic), at(leaf.fd),
-        "-" if i is None else f"{leaf.fd_error[i]:.1e}", "-" if i is None else f"{leaf.tol[i]:.1e}",
+        leaf.path,
+        str(leaf.shape),
+        f"{leaf.max_abs_error:.2e}",
+        f"{leaf.max_rel_error:.2e}",
+        "-" if i is None else str(leaf.index(i)),
+        at(leaf.analytic),
+        at(leaf.fd),
+        "-" if i is None else f"{leaf.fd_error[i]:.1e}",
+        "-" if i is None else f"{leaf.tol[i]:.1e}",
         leaf.status,
-    )  # fmt: skip
+    )
 
 
 def _table(leaves: tuple[LeafReport, ...]) -> list[str]:

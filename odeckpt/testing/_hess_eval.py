@@ -51,7 +51,7 @@ def _hvp_program(scalar_fn, ad, batch_size, leaves, points, tangents):
     stacked point."""
     gradient = _gradient(scalar_fn, ad)
     g = lax.map(gradient, points, batch_size=batch_size)
-    hvp = lambda t: jax.jvp(gradient, (leaves,), (t,))[1]  # noqa: E731
+    hvp = lambda t: jax.jvp(gradient, (leaves,), (t,))[1]
     return scalar_fn(leaves), lax.map(hvp, tangents, batch_size=batch_size), g
 
 
@@ -84,9 +84,14 @@ def full_hessian(target: Target, ad: str, order: int, scale, batch_size):
     )
     values = jnp.asarray(np.concatenate([p.ravel() for p in points]), promoted_dtype(*leaves))
     value, columns, g = _hessian_program(
-        target.scalar_fn, ad, batch_size, leaves, jnp.asarray(leaf_id, jnp.int32),
-        jnp.asarray(index, jnp.int32), values,
-    )  # fmt: skip
+        target.scalar_fn,
+        ad,
+        batch_size,
+        leaves,
+        jnp.asarray(leaf_id, jnp.int32),
+        jnp.asarray(index, jnp.int32),
+        values,
+    )
     g_split = np.split(host(g), np.cumsum([p.size for p in points])[:-1])
     blocks: dict[tuple[int, int], RawLeaf] = {}
     for k, (p, gk, column) in enumerate(zip(points, g_split, columns, strict=True)):
@@ -95,20 +100,30 @@ def full_hessian(target: Target, ad: str, order: int, scale, batch_size):
         delta = (p[0] - p[1])[:, None, :]  # (levels, 1, n_k)
         column = host(column)  # (N, n_k)
         est = _fd.extrapolate(
-            gk[0].reshape(p.shape[1], -1), gk[1].reshape(p.shape[1], -1),
+            gk[0].reshape(p.shape[1], -1),
+            gk[1].reshape(p.shape[1], -1),
             (column * delta).reshape(p.shape[1], -1),
-            np.broadcast_to(delta, gk.shape[1:]).reshape(p.shape[1], -1), eps,
-        )  # fmt: skip
-        parts = zip(*(_split_rows(a.reshape(-1, n_k).T, target) for a in
-                      (column.ravel(), est.residual, est.error)), strict=True)  # fmt: skip
+            np.broadcast_to(delta, gk.shape[1:]).reshape(p.shape[1], -1),
+            eps,
+        )
+        parts = zip(
+            *(
+                _split_rows(a.reshape(-1, n_k).T, target)
+                for a in (column.ravel(), est.residual, est.error)
+            ),
+            strict=True,
+        )
         for row, (analytic, residual, error) in enumerate(parts):
             analytic, residual, error = (a.T.ravel() for a in (analytic, residual, error))
             blocks[row, k] = RawLeaf(
                 f"H[{target.paths[row]}, {target.paths[k]}]",
                 (*leaves[row].shape, *leaves[k].shape),
-                str(promoted_dtype(leaves[row], leaves[k])), analytic, analytic + residual,
-                error, eps,
-            )  # fmt: skip
+                str(promoted_dtype(leaves[row], leaves[k])),
+                analytic,
+                analytic + residual,
+                error,
+                eps,
+            )
     n = len(leaves)
     return float(value), [blocks[row, k] for row in range(n) for k in range(n)], int(g.shape[0])
 
@@ -132,9 +147,12 @@ def directional_hessian(
     delta = np.broadcast_to(2 * t[:, None, None], predicted.shape)
     levels = t.size
     est = _fd.extrapolate(
-        g[0].reshape(levels, -1), g[1].reshape(levels, -1), predicted.reshape(levels, -1),
-        delta.reshape(levels, -1), eps,
-    )  # fmt: skip
+        g[0].reshape(levels, -1),
+        g[1].reshape(levels, -1),
+        predicted.reshape(levels, -1),
+        delta.reshape(levels, -1),
+        eps,
+    )
     parts = zip(
         *(_split_rows(a.reshape(n, -1), target) for a in (nominal, est.residual, est.error)),
         strict=True,

@@ -145,7 +145,7 @@ def adjoint_rk_step(
     g_err = None if g_err is None else _scale_by(dt, g_err)
     probe = None
     if tableau.stages > 1:
-        sub = lambda a, b: jax.tree.map(jnp.subtract, a, b)  # noqa: E731
+        sub = lambda a, b: jax.tree.map(jnp.subtract, a, b)
         probe = (sub(stages[-1], stages[-2]), sub(ks[-1], ks[-2]))
     return AdjointStep(flow1, _scale_by(dt, g_sum), k1, flow_err, g_err, probe)
 

@@ -143,10 +143,15 @@ class BacksolveAdjoint(AbstractContinuousAdjoint):
             return super().loop(integrator, problem, state0, max_steps)  # raises its error
         message = _DRIFTED.format(type(solver).__name__) if self.throw else None
         return reconstructing_loop(
-            integrator, problem, state0, max_steps, name="BacksolveAdjoint()",
+            integrator,
+            problem,
+            state0,
+            max_steps,
+            name="BacksolveAdjoint()",
             instead="`CheckpointAdjoint()`, or `BacksolveAdjoint(solver=Tsit5())` for the "
-            "continuous adjoint", message=message,
-        )  # fmt: skip
+            "continuous adjoint",
+            message=message,
+        )
 
     def diverged(self, sw: Sweep) -> jax.Array:
         return ~(sw.worst <= self.divergence_tol)

@@ -50,7 +50,7 @@ class EventSplit(eqx.Module):
 def _pairing(cotangent, tangent) -> jax.Array:
     """`cotangent . tangent` under JAX's convention (complex states included): the
     derivative of `s -> cotangent . (s tangent)`."""
-    scale = lambda s: jax.tree.map(lambda v: s.astype(jnp.real(v).dtype) * v, tangent)  # noqa: E731
+    scale = lambda s: jax.tree.map(lambda v: s.astype(jnp.real(v).dtype) * v, tangent)
     _, vjp_fn = jax.vjp(scale, jnp.ones(()))
     return vjp_fn(cotangent)[0]
 

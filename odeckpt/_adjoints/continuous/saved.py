@@ -111,8 +111,16 @@ def _rows(k: int, layout: SaveLayout, problem, state0, final, values, ct: SavedC
     if own.steps is not None:
         step_ts, _ = own.steps
         zero = jnp.asarray(0, jnp.int32)
-        out.append(_MarkedRows(step_ts, zero, final.num_accepted // layout.steps, source.steps[1],
-                               ct.steps, steps=True))  # fmt: skip
+        out.append(
+            _MarkedRows(
+                step_ts,
+                zero,
+                final.num_accepted // layout.steps,
+                source.steps[1],
+                ct.steps,
+                steps=True,
+            )
+        )
     return out
 
 

@@ -118,11 +118,11 @@ def _taped_body(integrator: Integrator, plan: TapePlan) -> ForwardBody:
         Emitter(lambda p, s, n, e=e: e.span(p, s[0], n[0]), e.value, e.size)
         for e in (*body.emitters, *integrator.state_emitters())
     )
-    cond = lambda problem, carry: body.cond(problem, carry[0])  # noqa: E731
+    cond = lambda problem, carry: body.cond(problem, carry[0])
     progress = None
     if body.progress is not None:
         report = body.progress
-        progress = lambda problem, c0, c, i: report(problem, c0[0], c[0], i)  # noqa: E731
+        progress = lambda problem, c0, c, i: report(problem, c0[0], c[0], i)
     return ForwardBody(step=step, cond=cond, emitters=emitters, progress=progress)
 
 

@@ -132,8 +132,9 @@ def _vjp_backward_pass(
     theta, static = eqx.partition((problem.term, problem.args), (p_problem.term, p_problem.args))
     split = (theta, static, *eqx.partition(problem.saves, p_problem.saves))
     values = (integrator.outputs(out.buffers), integrator.outputs(tape.saved_y, of_state=True))
-    saved = saved_pullback(integrator, problem, state0, out.state, values, cts.subs, split,
-                           adjoint.integrates_y())  # fmt: skip
+    saved = saved_pullback(
+        integrator, problem, state0, out.state, values, cts.subs, split, adjoint.integrates_y()
+    )
     solver = sweep_solver(adjoint.solver, integrator.solver)
     ctx = _context(adjoint, solver, fwd, saved, max_steps)
     field = AdjointField(theta, static, None)
@@ -144,9 +145,12 @@ def _vjp_backward_pass(
         t_end = cts.t + saved.t_end  # pyright: ignore[reportOptionalOperand]
         sw, ct_event = event_jump(field, events, problem.event.real, out.state, t_end, sw)
     inputs = SweepInputs(
-        tape=tape, plan=plan, problem=problem, solver=integrator.solver,
+        tape=tape,
+        plan=plan,
+        problem=problem,
+        solver=integrator.solver,
         num_accepted=out.state.num_accepted,
-    )  # fmt: skip
+    )
     sw = adjoint.sweep(ctx, field, sw, inputs)
     sw = eqx.tree_at(lambda s: s.g, sw, tree_add(sw.g, saved.g))
     ct_y0, g = _checked(sw, adjoint, max_steps)
@@ -303,7 +307,7 @@ def _checked(sw: Sweep, adjoint, max_steps: int):
     # values were finite): reported, never returned as a gradient.
     unstable = (sw.result == RESULTS.nonfinite_state) | ~all_finite((sw.flow.a, sw.g))
     failed = diverged | unstable | (sw.result != RESULTS.successful)
-    nan = lambda x: jnp.where(failed, jnp.nan, x)  # noqa: E731
+    nan = lambda x: jnp.where(failed, jnp.nan, x)
     ct_y0, g = jax.tree.map(nan, (sw.flow.a, sw.g))
     if adjoint.throw:
         name = type(adjoint).__name__
@@ -330,9 +334,9 @@ def _checked(sw: Sweep, adjoint, max_steps: int):
 def _cotangent_tree(vjp_arg, ct_y0, g, ct_saves, ct_event=None):
     """Cotangents shaped like `(problem, state0)`: only `y0`, `term`, `args`, the
     arrays of the saved outputs' `fn`s and of the event's conditions nonzero."""
-    is_none = lambda x: x is None  # noqa: E731
+    is_none = lambda x: x is None
     nothing = jax.tree.map(lambda _: None, vjp_arg)
-    where = lambda ct: (ct[0].term, ct[0].args, ct[0].saves, ct[1].y)  # noqa: E731
+    where = lambda ct: (ct[0].term, ct[0].args, ct[0].saves, ct[1].y)
     tree = eqx.tree_at(where, nothing, (*g, ct_saves, ct_y0), is_leaf=is_none)
     if ct_event is None:
         return tree

@@ -1,0 +1,1 @@
+"""Development tools for odeckpt, outside the package (not installed with it)."""
