@@ -95,8 +95,8 @@ class CheckpointAdjoint(AbstractAdjoint):
         c: int,
     ) -> int | None:
         """The checkpoint count with the first stage stored in each checkpoint, where
-        the budget rule (class docstring) prefers it over `c` checkpoints without it
-        (`num_checkpoints`); else `None`."""
+        the budget rule (docs/adjoints.md, "The first stage") prefers it over `c`
+        checkpoints without it (`num_checkpoints`); else `None`."""
         solver = integrator.solver
         stage = batch_size(state0) * nbytes(state0.solver_state)
         if c >= max_steps or not (solver.carries_first_stage and solver.state_rebuildable):
@@ -124,7 +124,7 @@ class CheckpointAdjoint(AbstractAdjoint):
 
 
 def _fitting(integrator: Integrator, state0: State, max_steps: int, budget: int, extra: int):
-    """The sizing rule's count (class docstring) for checkpoints of `extra` more bytes
+    """The sizing rule's count (docs/adjoints.md) for checkpoints of `extra` more bytes
     each than `integrator.compress` makes (for the whole batch)."""
     batch = batch_size(state0)
     per_checkpoint = max(batch * nbytes(jax.eval_shape(integrator.compress, state0)) + extra, 1)
