@@ -41,6 +41,7 @@ class Event(eqx.Module):
 
     When several conditions trigger in one step, the one that crosses first wins
     (ties: the first in `cond_fn`'s leaf order); `Solution.event_mask` says which.
+    See docs/events.md for how the time is located and differentiated.
 
     Raises:
         ValueError: for a `direction` not shaped like `cond_fn`, or whose leaves are

@@ -583,7 +583,7 @@ def test_forced_ode_gradient_under_vmap_in_float32():
 )
 def test_adaptive_steps_across_the_knots(adjoint):
     """With an adaptive controller the kinks of linear forcing cost rejected steps and
-    accuracy (about 100 times the tolerance here, see README); the gradient still
+    accuracy (about 100 times the tolerance here, see docs/interpolation.md); the gradient
     agrees with the reference to that accuracy."""
     controller = oc.PIDController(rtol=1e-8, atol=1e-8)
     kwargs = dict(kind="linear", direction=1, controller=controller)

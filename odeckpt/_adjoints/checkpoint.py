@@ -38,56 +38,23 @@ class CheckpointAdjoint(AbstractAdjoint):
     solver states (the initial one included) and recomputing the rest. While the
     forward pass runs, checkpoints are placed online (the number of steps is not
     known in advance); the backward pass then reverses each interval between stored
-    states with the optimal binomial (Revolve) plan. Each step is reversed by one VJP
-    of the step: one re-evaluation of its stages plus their transpose.
+    states with the optimal binomial (Revolve) plan, in `n + t(n, c)` step evaluations
+    for n steps and c checkpoints when n is known. Each step is reversed by one VJP of
+    the step under the forward pass's recorded step-size decisions, so every checkpoint
+    count gives the same gradient. Works with `jax.grad`/`jax.vjp` and forward over
+    reverse; use `ForwardMode` for `jax.jvp`.
 
     Args:
         checkpoints: how many states to store. `None` sizes it from the memory they
-            take, counted for the whole batch when the solve is traced inside
-            `jax.vmap`. If `max_steps` full solver states take at most
-            `memory_budget`, or 16 MiB when no budget is given
-            (`STORE_EVERY_STEP_BYTES`), every state is stored (the fastest reverse
-            pass: no recomputation). Otherwise
-            `min(checkpoints that fit, useful_checkpoints(max_steps))`, each holding
-            `y` and a few scalars, where `useful_checkpoints(max_steps)` is the
-            least c with `(c + 1)(c + 2) / 2 >= max_steps` (90 for 4096): enough to
-            reverse any solve with about one extra step evaluation per step. More
-            would save at most that evaluation, while every checkpoint
-            slot is allocated (and zero-filled) by each gradient: with large states
-            that memory traffic costs more than the recomputation it saves.
+            take (the whole batch under `jax.vmap`): every state if `max_steps` of them
+            fit in `memory_budget`, or 16 MiB when no budget is given; otherwise as
+            many as fit, up to the least c with `(c + 1)(c + 2) / 2 >= max_steps`.
         memory_budget: bytes for stored states when `checkpoints=None` (default
-            128 MiB for the checkpoints; storing every step needs an explicit budget
-            past 16 MiB: that store is zero-filled by every gradient, and for a short
-            solve with a large `max_steps`, a batch under `jax.vmap` above all,
-            filling it costs more than the recomputation it saves).
+            128 MiB for the checkpoints); whether the checkpoints also store an FSAL
+            method's first stage.
 
-    The first stage. An FSAL method (`Tsit5`, `Dopri5`, `Dopri8`, `Bosh3`:
-    `AbstractSolver.carries_first_stage`) starts each step from `f(t, y)`, which the
-    step before computed; a restored checkpoint rebuilds it with one evaluation, one
-    per reversed step in all (1/6 of a `Tsit5` step each). Storing it in the
-    checkpoint costs one more `y` per checkpoint and no evaluation. With
-    `checkpoints=None` the rule compares, for the step count n (known with fixed
-    steps, else `max_steps`), the cost of c checkpoints without the stage,
-    `e (n + t(n, c)) + n` vector-field evaluations (e = `evals_per_step`), with that
-    of the c' checkpoints with it that the same rule sizes in the same budget,
-    `e (n + t(n, c'))`, and stores the stage when that is fewer: always when the budget
-    is not what limits c (c' = c), rarely when it is (halving c costs more than the
-    restores save). With `checkpoints=c` the stage is stored when an explicit
-    `memory_budget` holds c checkpoints with it. Methods whose steps evaluate all
-    they need from `(t, y)` (`Euler`, `Heun`, `Midpoint`, `Ralston`, the implicit
-    and Rosenbrock methods) carry no stage: their restores cost nothing.
-
-    Cost: with n steps and c checkpoints, n + t(n, c) step evaluations for a
-    gradient when n is known, t(n, c) = r n - C(c + r, r - 1) with r minimal such that
-    C(c + r, c) >= n (Griewank & Walther 2000); the online placement stays near this.
-    Memory: c states, plus a window of up to 32 steps' checkpoint records, or fewer
-    so that it takes at most 64 KiB (at least 2 steps), held twice by the backward
-    pass. Under `jax.vmap` the rule counts the whole batch, read from the tracers when
-    `diffeqsolve` is traced inside the `jax.vmap`; a solve compiled on its own and
-    vmapped afterwards (`jax.vmap(jax.jit(solve))`) is sized per batch element. Works
-    with `jax.grad`/`jax.vjp`; use `ForwardMode` for `jax.jvp`. With `max_steps=None`
-    the solve runs without a bound, for the forward pass only: reverse mode through it
-    raises a `ValueError` saying so.
+    See docs/adjoints.md ("CheckpointAdjoint: how reverse mode works") for the sizing
+    rule, the first stage, cost and memory.
 
     References:
         Griewank & Walther (2000), "Algorithm 799: Revolve", ACM TOMS 26(1).
@@ -110,7 +77,7 @@ class CheckpointAdjoint(AbstractAdjoint):
         return self.memory_budget or DEFAULT_MEMORY_BUDGET
 
     def num_checkpoints(self, integrator: Integrator, state0: State, max_steps: int) -> int:
-        """The checkpoint count this adjoint uses for a solve (see class docstring)."""
+        """The checkpoint count this adjoint uses for a solve (docs/adjoints.md)."""
         if self.checkpoints is not None:
             return min(self.checkpoints, max_steps)
         budget = self.memory_budget_bytes()
@@ -128,8 +95,8 @@ class CheckpointAdjoint(AbstractAdjoint):
         c: int,
     ) -> int | None:
         """The checkpoint count with the first stage stored in each checkpoint, where
-        the budget rule (class docstring) prefers it over `c` checkpoints without it
-        (`num_checkpoints`); else `None`."""
+        the budget rule (docs/adjoints.md, "The first stage") prefers it over `c`
+        checkpoints without it (`num_checkpoints`); else `None`."""
         solver = integrator.solver
         stage = batch_size(state0) * nbytes(state0.solver_state)
         if c >= max_steps or not (solver.carries_first_stage and solver.state_rebuildable):
@@ -157,7 +124,7 @@ class CheckpointAdjoint(AbstractAdjoint):
 
 
 def _fitting(integrator: Integrator, state0: State, max_steps: int, budget: int, extra: int):
-    """The sizing rule's count (class docstring) for checkpoints of `extra` more bytes
+    """The sizing rule's count (docs/adjoints.md) for checkpoints of `extra` more bytes
     each than `integrator.compress` makes (for the whole batch)."""
     batch = batch_size(state0)
     per_checkpoint = max(batch * nbytes(jax.eval_shape(integrator.compress, state0)) + extra, 1)

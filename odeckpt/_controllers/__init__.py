@@ -12,9 +12,7 @@
 - `counting`: the step count known at trace time (`expected_step_count`).
 - `protocol`: diffrax's `init` / `adapt_step_size`, which every controller has.
 
-Adding a controller: subclass `AbstractLoopController` (`first_step`, `decide`, and
-the properties that apply), or `AbstractStepSizeController` with a `for_solve` that
-returns one; nothing else changes.
+Adding a controller: docs/architecture.md ("Where to add").
 """
 
 from .base import (

@@ -1,21 +1,10 @@
 """What a step-size controller is: the interface `diffeqsolve` and the loop see.
 
-Two levels. `AbstractStepSizeController` is what `diffeqsolve(stepsize_controller=...)`
-takes: it says what it needs from the inputs (`dt0`, tolerances, its own step times)
-and turns itself, once the interval is known, into the controller the loop runs
-(`for_solve`). `AbstractLoopController` is that running controller: it chooses the
-first step and decides on every attempted one, in the solver's internal time, which
-always increases (a solve backwards in time is run in reversed time).
-`PIDController` and `StepTo` run as themselves; `ConstantStepSize` runs as its grid of
-equal steps, `UniformSteps`.
-
-A controller's decisions (accept or reject, the next step size) are wrapped in
-`jax.lax.stop_gradient`: the gradient of a solve is the gradient of the numerical
-solution on the time grid that was accepted. Differentiating the decisions would
-differentiate a piecewise-constant function (zero almost everywhere, undefined at the
-switches) and would put NaN into gradients whenever the error norm is zero. diffrax,
-torchdiffeq and OrdinaryDiffEq.jl make the same choice. `ConstantStepSize` decides only
-its number of steps: its grid of equal steps moves with t0 and t1 (differentiably).
+Two levels: `AbstractStepSizeController` is what `diffeqsolve(stepsize_controller=...)`
+takes, and turns itself, once the interval is known, into the `AbstractLoopController`
+the loop runs (`for_solve`), which chooses the first step and decides on every attempted
+one in increasing internal time. Its decisions are not differentiated
+(`jax.lax.stop_gradient`). See docs/controllers.md.
 """
 
 import abc

@@ -1,27 +1,9 @@
 """`ClipStepSizeController`: steps that land on given times (`step_ts`), and that stop
 just before the jumps of the vector field and start again just after them (`jump_ts`).
 
-The clip wraps another controller and shortens the steps it proposes: a step that
-would pass a time of `step_ts` ends on it; one that would pass a time `j` of `jump_ts`
-ends on the float just before `j`, and the next step starts on the float just after
-`j`, with its first stage evaluated afresh there (`made_jump`). No stage of any step
-then evaluates the vector field at `j` or across it, whichever side of `j` the
-forcing takes there, and the FSAL methods (Tsit5, Dopri5, Dopri8, Bosh3) do not carry
-the value from before the jump into the step after it. This is diffrax 0.7's rule.
-
-Derivatives: a step clipped to a time moves with that time. So `jump_ts` may be
-traced and differentiated: a forcing whose jump time is the same variable gets the
-jump's sensitivity (`f(j-) - f(j+)`, propagated). The steps between two landing
-times of an adaptive controller (`t0` and `step_ts`) keep their place *in proportion*
-to the interval (`t = a + w (b - a)`, `w` not differentiated) rather than their
-distance from the step before: a discontinuity put in `step_ts` (not `jump_ts`) is
-stepped onto exactly, and the landing step's last stage evaluates the vector field on
-the far side (as in diffrax), an error of `h b_s (f(b+) - f(b-))` that the tolerance
-keeps small by keeping `h` small. Its derivative with respect to the landing time
-is `b_s (f(b+) - f(b-)) dh/db`: O(1) if the landing step alone stretched with the
-time, `O(h / (b - a))` when the whole interval's steps do. (The values are those of the
-adaptive steps either way; only which way their derivatives go is chosen.) Steps after
-the last landing time move with it as the wrapped controller's steps move with `t0`.
+A step clipped to a time moves with that time, so `jump_ts` may be traced and
+differentiated; the steps between two landing times keep their place in proportion to
+the interval. See docs/controllers.md for the rule and its derivatives.
 """
 
 import equinox as eqx
@@ -48,11 +30,7 @@ class ClipStepSizeController(AbstractAdaptiveStepSizeController):
     before and restart just after each of `jump_ts` (times where the vector field may
     jump, e.g. a dose given at fixed times). Both are given in the solve's own time
     (also when it runs backwards), in any order; times outside the interval are
-    ignored.
-
-    Without `jump_ts`, an adaptive controller finds a jump of the vector field by
-    rejecting steps until one is small enough to cross it; and an FSAL method would
-    carry the vector field from before the jump into the step after it.
+    ignored. See docs/controllers.md.
 
     Args:
         controller: the controller to wrap: `PIDController(...)`,
@@ -71,8 +49,6 @@ class ClipStepSizeController(AbstractAdaptiveStepSizeController):
             a 1-D array or (when known at construction) not finite, or
             `store_rejected_steps` is not a positive integer or None.
 
-    Cost: one comparison per time per step; a jump costs one extra evaluation of the
-    vector field (the restart's first stage).
     """
 
     controller: AbstractStepSizeController

@@ -1,13 +1,8 @@
 """diffrax's controller protocol, for code that drives a controller by hand:
 `init(terms, t0, t1, y0, dt0, args, func, error_order) -> (t1, state)` and
 `adapt_step_size(t0, t1, y0, y1_candidate, args, y_error, error_order, state) ->
-(keep_step, next_t0, next_t1, made_jump, state, result)`.
-
-Both run on the controller the loop runs (`for_solve`, in increasing time), which
-travels inside the returned state with its memory, so each decision is the one
-`diffeqsolve` makes: accept or reject, the next step's end (clipped to `step_ts`, just
-before `jump_ts`) and where it starts (just after a jump, `made_jump`). The decisions
-are not differentiated (see `base`).
+(keep_step, next_t0, next_t1, made_jump, state, result)`, on the controller the loop
+runs, so each decision is the one `diffeqsolve` makes (docs/controllers.md).
 """
 
 from typing import Any

@@ -1,6 +1,6 @@
 """Binomial theory of checkpointing: `beta`, repetition numbers, Revolve's costs and split.
 
-Every quantity of the module docstring of `odeckpt.schedules` ("Definitions"): the
+Every quantity of docs/schedules.md ("Definitions"): the
 binomial `beta(c, r)`, the repetition number, the fewest extra evaluations `t(n, c)` of a
 reversal, the offline optimum `n + t(n, c)`, the online lower bound, and Revolve's
 optimal advance distance `revolve_split`, computed with saturating integers so that the
@@ -101,7 +101,7 @@ def optimal_total(n: int, c: int) -> int:
 def online_lower_bound(n: int, c: int) -> int:
     """The fewest step evaluations of any forward-then-reverse schedule of n steps.
 
-    A schedule of the execution model (module docstring) evaluates every step once on the
+    A schedule of the execution model (docs/schedules.md) evaluates every step once on the
     forward pass, then runs the backward loop from the checkpoints that survive; this is
     the least total over every choice of surviving checkpoints, i.e. even knowing n in
     advance: `2n + G(n, c)`, with `G` the sum of the n smallest segment marginal costs.

@@ -4,8 +4,7 @@ At each iteration with every slot in use the rule picks the cheapest of: not sto
 storing state i in place of the checkpoint at stack index q (1 <= q < c), the cost of a
 choice being the increase of the backward cost `sum_j t(d_j, c - j)` for `n = i + 1`,
 evaluated through a lower envelope of `t` at the repetition levels around the current one
-(module docstring of `odeckpt.schedules`, "Online placement"). Ties go to storing, then to
-the earliest q.
+(docs/schedules.md, "Online placement"). Ties go to storing, then to the earliest q.
 
 `_greedy_decide` is the reference, one decision from the state alone; `_GreedyRunner`
 makes the same decisions over i = 0, 1, ... incrementally (a deliberate fast path, see its

@@ -1,45 +1,12 @@
 """Mixed (stage-storing) schedules: checkpoints that hold a state or a step's tape.
 
-A *tape* of step i is what reversing step i needs without evaluating it again (a
-Runge–Kutta step's stages: `s` copies of `y`), so it costs `tape_units` units of memory
-where a state costs one. A mixed schedule may tape a step when it evaluates it (`TapeStep`,
-one evaluation, as a plain advance) and later reverse it from the tape
-(`ReverseTaped`, no evaluation), as well as store states as Revolve does.
-
-## The dynamic programme
-
-Memory is counted in units (one state = 1). Two optima, for `n` steps and `m` free
-units (the state a segment starts from does not count in `m`):
-
-- `G(n, m)`: the segment's start state is stored (restoring it is free);
-- `H(n, m)`: the start state is in hand but not stored.
-
-With `G(0, m) = H(0, m) = 0` and `G(1, m) = H(1, m) = 1` (reverse the step from the
-state in hand: one taped evaluation), for `n >= 2`:
-
-- `G(n, m) = min( min_{1 <= k < n} k + H(n - k, m) + G(k, m),`
-  `1 + H(n - 1, m + 1 - tape_units) )`: advance k steps and reverse the tail from the
-  state in hand, then the head from the start again; or tape the first step and let the
-  start's own unit go (its state is no longer needed once its step is taped);
-- `H(n, m) = min( G(n, m - 1), 1 + H(n - 1, m - tape_units) )`: store the state in
-  hand (one unit), or tape its step; neither is possible with no memory (`H = inf`).
-
-A schedule within `budget` units starts from state 0 in hand: its cost is
-`H(n, budget)`. Without tapes (`tape_units > budget`) `H(n, c) = G(n, c - 1)` is
-Revolve's recursion, so `H(n, c) = optimal_total(n, c)`; taping is an option, so a
-mixed schedule never costs more than Revolve in the same memory. The tests check the
-optimum against an exhaustive search over every sequence of actions on small cases.
-
-With `tape_units = 1` (a tape the size of a state, the assumption of Maddison's
-mixed schedule) over n = 1000 steps this gives 2.82 n, 2.14 n and 1.96 n evaluations
-in 20, 40 and 60 units, against Revolve's 3.75 n, 3.10 n and 2.94 n.
-
-References:
-    J. R. Maddison (2024), "Step-based checkpointing with high-level algorithmic
-    differentiation", J. Comput. Sci. 82:102405 (the mixed schedule of the
-    `checkpoint_schedules` package, with equal-sized tapes and states).
-    H. Zhang, E. M. Constantinescu (2021), "Optimal checkpointing for adjoint
-    multistage time-stepping schemes", arXiv:2106.13879 (storing Runge–Kutta stages).
+A *tape* of step i is what reversing step i needs without evaluating it again, and
+costs `tape_units` units of memory where a state costs one. `mixed_total` and
+`mixed_plan` are the optimum over states and tapes, by a dynamic programme over
+`G(n, m)` (the segment's start state stored) and `H(n, m)` (in hand, not stored); a
+schedule within `budget` units costs `H(n, budget)`, never more than Revolve's
+`optimal_total(n, budget)`. See docs/schedules.md ("Mixed schedules") for the
+recursion and the references (Maddison 2024; Zhang & Constantinescu 2021).
 """
 
 from __future__ import annotations
@@ -109,14 +76,14 @@ def mixed_total(n: int, budget: int, tape_units: int) -> int:
             schedule is `tape_units > budget`).
 
     Returns:
-        `H(n, budget)` (module docstring): at most `optimal_total(n, budget)`.
+        `H(n, budget)` (docs/schedules.md): at most `optimal_total(n, budget)`.
     """
     _check_sizes(n, budget, tape_units)
     return int(_tables(n, budget, min(tape_units, budget + 1))[1][budget, n])
 
 
 def mixed_plan(n: int, budget: int, tape_units: int) -> Plan:
-    """The optimal mixed schedule (module docstring) of n steps in `budget` units.
+    """The optimal mixed schedule (docs/schedules.md) of n steps in `budget` units.
 
     Args:
         n: number of steps, `n >= 0`.
@@ -128,7 +95,7 @@ def mixed_plan(n: int, budget: int, tape_units: int) -> Plan:
         `c == budget`, `tape_units == tape_units` and `max_live` the most units held.
 
     References:
-        Maddison (2024); Zhang & Constantinescu (2021) (module docstring).
+        Maddison (2024); Zhang & Constantinescu (2021) (docs/schedules.md).
     """
     _check_sizes(n, budget, tape_units)
     out = _Builder(budget, tape_units=tape_units)

@@ -1,9 +1,9 @@
 """The backward loop of every plan and the offline (Revolve) schedule.
 
-`_backward` runs the backward loop of the execution model (module docstring of
-`odeckpt.schedules`) from a stack of checkpoints; from the stack `[0]` it is the offline
-Revolve schedule (`offline_plan`), of cost `n + t(n, c)` exactly. Online and known-step
-plans run it from the checkpoints their forward pass leaves.
+`_backward` runs the backward loop of the execution model (docs/schedules.md) from a
+stack of checkpoints; from the stack `[0]` it is the offline Revolve schedule
+(`offline_plan`), of cost `n + t(n, c)` exactly. Online and known-step plans run it
+from the checkpoints their forward pass leaves.
 
 References:
     A. Griewank, A. Walther (2000), "Algorithm 799: Revolve: an implementation of
@@ -37,7 +37,7 @@ def _reverse_from(out: _Builder, position: int, slot: int, b: int) -> None:
 
 
 def _backward(out: _Builder, stack: list[tuple[int, int]], n: int, c: int) -> None:
-    """Run the backward loop (module docstring) from `stack` of (position, slot).
+    """Run the backward loop (docs/schedules.md) from `stack` of (position, slot).
 
     A pushed checkpoint takes the smallest free slot.
     """

@@ -11,78 +11,13 @@ def loss(params, y0):
 odeckpt.testing.assert_grads_close(loss, params, y0, argnums=(0, 1))
 ```
 
-**What is compared.** `fn` maps PyTrees of arrays to a scalar. The analytic gradient
-(`jax.grad`, or `jax.jacfwd`/`jax.jvp` with `ad="forward"`) of the floating-point
-array leaves of `args[argnums]` is compared with central differences of `fn`.
-Integer arrays, Python scalars, `None`, callables and other non-array leaves (fields
-of an `eqx.Module`, say) are left alone, as in `eqx.filter_grad`. A non-scalar output
-is reduced to the scalar `Σ ⟨c, fn(x)⟩` with a random normal cotangent `c` (or the
-one you pass), which checks the vector-Jacobian product `cᵀ J`. A complex leaf is checked as its
-real view `[Re, Im]` (a last axis of 2): the derivatives with respect to the real and
-imaginary parts, each against its own finite differences. (`jax.grad` of a real `fn`
-at a complex `z` returns `df/dRe z - i df/dIm z`; the view reads them off directly.)
-
-**Finite differences.** Each entry `x_i` of a leaf is stepped by
-`h_k = 2^k · eps^(1/3) · max(|x_i|, s)` for `k = order, …, 0`, where `eps` is the
-working precision (the coarser of the leaf's and the output's dtype) and `s` the
-leaf's root mean square (or `scale`). The perturbed inputs are rounded to the leaf's
-own dtype, so float32 leaves stay float32 with x64 enabled, and the exact rounded
-steps are used. The central differences are Richardson-extrapolated in `h²`; the FD
-error estimate is the larger gap between the full extrapolation and those without
-the largest or without the smallest step (Ridders' estimate), plus the propagated
-rounding `eps · |f| / h`. On smooth functions it is 2-25x the actual FD error.
-
-**Verdicts and default tolerances.** An entry is `ok` when
-`|analytic − FD| ≤ tol = max(atol, rtol · |FD|)`. `rtol` defaults to `sqrt(eps)` of
-the working precision (1.5e-8 in float64, 3.5e-4 in float32); `atol` defaults to
-`rtol` times the largest `|FD|` entry of the same leaf, so entries near zero are held
-to the leaf's scale. A failing entry is a `mismatch` (the gradient is wrong) when the
-difference also exceeds `tol + 3 × FD error estimate`, and `inconclusive` (FD too
-noisy to decide) otherwise; NaN or inf anywhere is `non-finite`. All three fail: the check
-never passes on evidence weaker than asked for. Note that the gradient of an adaptive
-solve is taken on its accepted time grid (controller decisions are not
-differentiated), while FD also sees the step sizes move; the two agree to about the
-solver's tolerance, so pass `rtol` of that order for such solves.
-
-**Cost.** Mode `"full"` evaluates `fn` `2 (order + 1)` times per entry, in one
-compiled `lax.map` together with the analytic gradient (pass `batch_size` to
-vectorise). Mode `"directional"`
-evaluates it `2 (order + 1) num_directions` times in all: it compares `vᵀ∇f` with the
-central difference of `t ↦ f(x + t v)` along random directions `v` (standard normal
-in coordinates scaled by `max(|x_i|, s)`), so it suits models with many parameters,
-holding `2 (order + 1) num_directions` perturbed copies of the parameters in memory.
-It detects an error spread over the gradient; an error confined to a few entries of
-a large model shows up only in proportion to their share of `vᵀ∇f`.
-
-**Second derivatives.** `check_hessian` (same arguments) compares the Hessian JAX
-computes, forward mode over the gradient, with central differences of the gradient,
-Richardson-extrapolated as above: in full mode every entry (`jax.jacfwd(jax.grad(f))`,
-what `jax.hessian` computes, against `(∇f(x + h e_k) − ∇f(x − h e_k)) / 2h` for each
-entry `k`); in directional mode the Hessian-vector products
-`jax.jvp(jax.grad(f), (x,), (v,))` along random directions `v`, against differences of
-`∇f` along `v`. `ad="forward"` takes the gradient with `jax.jacfwd` (forward over
-forward, for `ForwardMode`). It checks what a Newton or Gauss–Newton fit, a Laplace
-approximation or a Fisher information relies on:
-
-```python
-odeckpt.testing.assert_hessian_close(loss, params, y0, argnums=0, rtol=1e-6)
-```
-
-The default tolerances are those of `check_grads` for the coarsest precision among
-the leaves and the output, with `atol` scaled by the largest `|FD|` entry of the whole
-Hessian. A Hessian that is right to 1e-3 relative while the gradient is exact fails,
-in float32 and float64. For an adaptive solve, differences of the gradient also see
-the step sizes move (as above), so pass `rtol` of the order of the solver's tolerance,
-or check a solve on fixed steps (`ConstantStepSize`, `StepTo`), whose Hessian FD
-reproduces to ~1e-9 in float64. Cost: `2 (order + 1)` gradient evaluations per
-entry in full mode, `2 (order + 1) num_directions` in directional mode.
-
-**Public names.** `check_grads` returns a `GradReport` (one `LeafReport` per leaf);
-`assert_grads_close` raises `GradCheckError` (an `AssertionError` carrying the
-report) when it did not pass; `default_rtol(eps)` gives the default tolerance.
-`check_hessian` returns a `HessianReport` (one `LeafReport` per block `H[l, k]` of
-`jax.hessian`'s layout, or per leaf of `H v`); `assert_hessian_close` raises
-`HessianCheckError` (a `GradCheckError`).
+The analytic gradient (or Hessian) of the floating-point array leaves of
+`args[argnums]` is compared with Richardson-extrapolated central differences, entry by
+entry (`mode="full"`) or along random directions (`mode="directional"`, for many
+parameters). An entry passes when `|analytic - FD| <= max(atol, rtol |FD|)`; a failing
+one is a `mismatch` or, where the differences are too noisy to decide,
+`inconclusive`: both fail. See docs/testing.md for what is compared, the steps, the
+verdicts and default tolerances, and the cost.
 """
 
 from collections.abc import Callable, Sequence
@@ -130,7 +65,7 @@ def check_grads(
     scale: float | None = None,
     batch_size: int | None = None,
 ) -> GradReport:
-    """Compare the gradient of `fn` with finite differences (see the module docstring).
+    """Compare the gradient of `fn` with finite differences (docs/testing.md).
 
     Args:
         fn: maps `*args` to a scalar, or to any PyTree of floating arrays (then
@@ -222,7 +157,7 @@ def check_hessian(
     The analytic Hessian is forward mode over the gradient (`ad` picks the gradient's
     mode): `jax.jacfwd(jax.grad(f))`, i.e. `jax.hessian`, in full mode, and the
     Hessian-vector products `jax.jvp(jax.grad(f), (x,), (v,))` in directional mode.
-    See "Second derivatives" in the module docstring.
+    See "Second derivatives" in docs/testing.md.
 
     Args:
         fn, *args, argnums, cotangent, key, scale, batch_size: as for `check_grads`.

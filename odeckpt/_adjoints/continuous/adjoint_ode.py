@@ -1,25 +1,9 @@
 """The adjoint ODE of a solve, and one explicit Runge–Kutta step of it.
 
-The backward pass runs in backward time `s = -tau` (`tau` is the solver's internal,
-increasing time), so its steps are positive and the step-size controllers work on it
-unchanged. With `F(tau, y, theta)` the vector field and `theta` the floating leaves of
-`(term, args)` being differentiated:
-
-    dy/ds = -F,    da/ds = (dF/dy)^T a,    dg/ds = (dF/dtheta)^T a,
-
-one `jax.vjp` of `F` per stage. `a(tau)` is dL/dy(tau); `g` accumulates dL/dtheta.
-`y` is integrated only by `BacksolveAdjoint`; `InterpolatingAdjoint` reads it from
-the forward solve's dense output.
-
-`g` never enters the right-hand side, so its update is a quadrature: a step adds
-`dt * sum_i b_i (dF/dtheta)^T a_i` over the stages and never forms stage combinations
-of `g`. That matters when `theta` is large (a network's weights, once per batch
-element under `jax.vmap`).
-
-References:
-    Pontryagin et al. (1962), The Mathematical Theory of Optimal Processes;
-    Chen, Rubanova, Bettencourt & Duvenaud (2018), "Neural ordinary differential
-    equations", NeurIPS.
+In backward time `s = -tau`, with `F` the vector field and `theta` the differentiated
+leaves: `dy/ds = -F`, `da/ds = (dF/dy)^T a`, `dg/ds = (dF/dtheta)^T a`, one `jax.vjp`
+of `F` per stage; `g`, which never enters the right-hand side, is a quadrature. `y` is
+integrated only by `BacksolveAdjoint`. See docs/adjoints.md ("The adjoint ODE").
 """
 
 import functools

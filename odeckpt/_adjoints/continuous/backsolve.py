@@ -42,50 +42,21 @@ class BacksolveAdjoint(AbstractContinuousAdjoint):
     """Continuous adjoint that integrates `y` backwards alongside the adjoint.
 
     The backward pass solves the augmented system `(y, a, g)` from `t1` to `t0`
-    (`a = dL/dy`, `g = dL/dtheta`, see `References`), adding the cotangent of every
-    saved output to `a` where it was saved. `y` is re-anchored to the forward
-    solution wherever one is stored: at every `SaveAt(ts=...)` and
-    `SaveAt(steps=True)` output, and at every `max_steps // checkpoints`-th accepted
-    step, so it is never integrated backwards further than one interval.
-
-    Of a reversible solver (`ReversibleHeun`, an `AbstractReversibleSolver`) and without
-    `solver=`, the backward pass is the discrete adjoint instead: it reconstructs the
-    forward states from the final one with the solver's inverse step
-    (`reverse_step`) and reverses each step there as `CheckpointAdjoint` does (one
-    `jax.vjp` of the step under its recorded decisions, adding the cotangents of the
-    outputs it wrote). The gradient is `CheckpointAdjoint`'s to round-off, with
-    respect to everything `CheckpointAdjoint` differentiates (`t0`, `t1`,
-    `SaveAt(ts)` and dense output included), with two states in memory plus a few
-    scalars per step (the decisions and step times, `max_steps` rows; adaptive steps
-    need them): no anchors, no adjoint ODE. `checkpoints`, `memory_budget`,
-    `seminorm` and `divergence_tol` do not apply; `stepsize_controller` is refused
-    (pass `solver=Tsit5()` for the continuous adjoint), and so are jumps of the vector
-    field (`jump_ts`: the solver restarts there, which its inverse cannot undo). The
-    inverse steps amplify round-off where the forward steps damp a mode (a reversible
-    method is for non-dissipative problems; McCallum & Foster 2024 discuss its
-    stability): where the reconstructed `y0` is off the true one by more than
-    `sqrt(eps) (1 + max |y0|)`, the backward pass raises (`throw=True`) or returns NaN.
-
-    Integrating a damped system backwards is unstable (a mode decaying at rate
-    1000 grows by e^1000 per time unit backwards). At every anchor the backward `y`
-    is measured against the forward one, `max |y_back - y| / (atol + rtol max |y|)`
-    per leaf of `y`, with the forward controller's `rtol, atol` (`1e-3` each if it
-    has none). Above `divergence_tol` the gradient is not returned: with
-    `throw=True` the backward pass raises `RESULTS.backsolve_diverged`'s message
-    (which names `InterpolatingAdjoint` and `CheckpointAdjoint`); with `throw=False`
-    every gradient of the solve is NaN. (The check runs in the backward pass, after
-    `Solution.result` exists, so NaN is how the failure travels; `jnp.isfinite` or
-    `jax.debug_nans` finds it.)
+    (`a = dL/dy`, `g = dL/dtheta`), adding the cotangent of every saved output to `a`
+    where it was saved. `y` is re-anchored to the forward solution wherever one is
+    stored (every `SaveAt(ts)`/`SaveAt(steps)` output and every
+    `max_steps // checkpoints`-th accepted step) and measured against it there: where
+    it has left it (a damped system, integrated backwards) the gradient is refused,
+    never returned wrong. Of a reversible solver without `solver=`, the backward pass
+    is the discrete adjoint instead (`CheckpointAdjoint`'s gradient in O(1) memory).
+    Works with `jax.grad`/`jax.vjp` and `jax.vmap`; not `jax.jvp` (use `ForwardMode`).
 
     Args:
         solver: Runge–Kutta method for the adjoint ODE; `None`: the forward solver.
-        stepsize_controller: `None` (default) steps exactly across the forward
-            pass's accepted step times (split at saved outputs): the backward pass
-            costs what the forward pass did, whatever the cotangent's size; a step
-            at the method's stability limit (stiff problems), where the adjoint's
-            fast modes carry an output's cotangent, is taken in halves. An adaptive
-            controller (e.g. `PIDController(rtol, atol)`) chooses its own steps
-            instead, bounded by the solve's `max_steps`.
+        stepsize_controller: `None` (default) steps across the forward pass's accepted
+            step times (split at saved outputs, and on stiff steps); an adaptive
+            controller (e.g. `PIDController(rtol, atol)`) chooses its own steps,
+            bounded by the solve's `max_steps`.
         checkpoints: forward states kept as anchors (`y` only). `None`: one per
             accepted step if `max_steps` copies of `y` fit in `memory_budget`,
             otherwise as many as fit.
@@ -93,16 +64,13 @@ class BacksolveAdjoint(AbstractContinuousAdjoint):
             for the whole batch when the solve is traced inside `jax.vmap`).
         seminorm: with an adaptive controller, leave `g` out of the error norm
             (Kidger et al. 2021); controlling `g`'s error only ever adds steps.
-        divergence_tol: anchor distance beyond which the reconstruction has left the
-            forward solution (default 100: a `y` that far off perturbs the gradient by
-            about 100 `rtol`, relatively).
+        divergence_tol: anchor distance `max |y_back - y| / (atol + rtol max |y|)`
+            beyond which the reconstruction has left the forward solution (default
+            100): the backward pass then raises (`throw=True`) or returns NaN.
         throw: `None` follows `diffeqsolve(throw=...)`.
 
-    Cost: one adjoint step (a VJP of the vector field per stage) per forward
-    accepted step and per saved output, plus one evaluation per output and anchor.
-    Memory: `max_steps + 1` step times and `checkpoints` copies of `y`; the adjoint
-    state `(y, a)` and `g` in the backward pass.
-    Works with `jax.grad`/`jax.vjp` and `jax.vmap`; not `jax.jvp` (use `ForwardMode`).
+    See docs/adjoints.md for the backward pass's steps, when it fails, the reversible
+    solver's discrete adjoint, cost and memory.
 
     References:
         Chen, Rubanova, Bettencourt & Duvenaud (2018), "Neural ordinary

@@ -5,15 +5,8 @@ Both differentiate a solve by solving the adjoint ODE backwards in time
 `filter_custom_vjp` over `(problem, state0)`: its forward pass is `forward_loop`,
 recording the accepted step times and anchors as it goes (`tape`); its backward pass
 sweeps the adjoint ODE from the end of the solve down to `t0` (`sweep`), adding the
-cotangent of every saved output at the time it was saved.
-
-Gradients flow to `y0`, to `args` and to arrays the vector field closes over (e.g. an
-equinox module's weights; `diffeqsolve` closure-converts the vector field). Not
-supported, each with an error naming `CheckpointAdjoint`: gradients with respect to
-`t0`, `t1` or `SaveAt(ts=...)`, and through `SaveAt(dense=True)` outputs. Forward mode
-(`jax.jvp`) is not available through a custom VJP: use `ForwardMode`.
-(`BacksolveAdjoint()` of a reversible solver runs the discrete adjoint instead, the
-checkpointed loop's reversal on reconstructed states: `_checkpointing.reversible_loop`.)
+cotangent of every saved output at the time it was saved. What they differentiate and
+what they refuse: docs/adjoints.md.
 """
 
 import abc

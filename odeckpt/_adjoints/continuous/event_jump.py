@@ -1,29 +1,12 @@
 """The event's jump term: where the continuous adjoint starts when an `Event` ended the solve.
 
-The solve ends at `t*`, where the condition `g` that fired crosses zero:
-`g(t*, y(t*), theta) = 0` (all in the solver's internal time, which increases; a solve
-backwards in time is the same solve in `tau = -t`). An output of the solve at its end
-sees `y* = y(t*)` and `t*` itself, and both move with `theta` through `t*`:
-
-    dy*/dtheta = dy/dtheta (t*) + f(t*, y*) dt*/dtheta,
-    dt*/dtheta = -(dg/dy . dy/dtheta (t*) + dg/dtheta) / gdot,
-    gdot = dg/dt + dg/dy . f(t*, y*)    (the condition's rate along the solution).
-
-With `ybar`, `tbar` the cotangents of `y*` and `t*`, the loss moves by
-`(ybar - T dg/dy / gdot) . dy/dtheta (t*) - T dg/dtheta / gdot`, with
-`T = tbar + ybar . f(t*, y*)`: the adjoint ODE starts at `t*` from
-`a(t*) = ybar - T dg/dy / gdot`, and `theta` (the vector field's parameters, `args`,
-and the arrays the condition closes over) receives `-T dg/dtheta / gdot` at once. Only
-the condition that fired contributes. A boolean condition ends the solve at a step's
-end, whose time does not move with `y0` or `args` (the controller's decisions are not
-differentiated), so it adds nothing: as `CheckpointAdjoint` differentiates it. A
-tangential crossing (`gdot = 0`) has no finite derivative and contributes zero, as in
-the forward pass's implicit-function-theorem derivative.
-
-References:
-    Ma, Dixit, Rackauckas et al. (2021), SciMLSensitivity.jl pull request 445
-    (continuous adjoints through terminating callbacks); Chen, Amos & Nickel (2021),
-    "Learning neural event functions for ordinary differential equations", ICLR.
+The solve ends at `t*`, where the condition `g` that fired crosses zero, and both
+`y(t*)` and `t*` move with `theta`. With `T = tbar + ybar . f(t*, y*)` and
+`gdot = dg/dt + dg/dy . f(t*, y*)`, the adjoint ODE starts at `t*` from
+`a(t*) = ybar - T dg/dy / gdot`, and `theta` receives `-T dg/dtheta / gdot` at once
+(all in the solver's internal, increasing time). A boolean condition, and a tangential
+crossing (`gdot = 0`), add nothing. See docs/events.md ("The jump term of the
+continuous adjoints") for the derivation and the references.
 """
 
 from typing import cast

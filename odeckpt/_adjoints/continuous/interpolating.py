@@ -28,7 +28,8 @@ class InterpolatingAdjoint(AbstractContinuousAdjoint):
     polynomial is stored during the forward pass, or `checkpoints` forward states
     are, and the backward pass re-solves each interval between them forwards (on
     the forward pass's own step times: exactly the same `y`) before sweeping it.
-    Stable on damped systems, unlike `BacksolveAdjoint`.
+    Stable on damped systems, unlike `BacksolveAdjoint`. Works with
+    `jax.grad`/`jax.vjp` and `jax.vmap`; not `jax.jvp` (use `ForwardMode`).
 
     Args:
         checkpoints: forward states to store (`y` and its first stage). `None`: if
@@ -43,10 +44,7 @@ class InterpolatingAdjoint(AbstractContinuousAdjoint):
             (default 16 MiB, `STORE_EVERY_STEP_BYTES`: the store is zero-filled by
             every gradient, whatever the number of steps taken).
 
-    Cost: one adjoint step per forward accepted step and per saved output; with
-    checkpoints also one re-solve of the accepted steps (no rejected ones).
-    Memory: as above, plus `max_steps + 1` step times.
-    Works with `jax.grad`/`jax.vjp` and `jax.vmap`; not `jax.jvp` (use `ForwardMode`).
+    See docs/adjoints.md for the backward pass's steps, cost and memory.
 
     References:
         Chen, Rubanova, Bettencourt & Duvenaud (2018), "Neural ordinary
