@@ -48,6 +48,7 @@ REGISTRY = {
     "evaluations": "bench_evaluations",
     "floor": "bench_floor",
     "reversible_adjoint": "bench_reversible_adjoint",
+    "reversible_safety": "bench_reversible_safety",
     "hvp": "bench_hvp",
     "eager": "bench_eager",
 }
@@ -83,6 +84,7 @@ FULL_BUDGET_SECONDS = {
     "evaluations": 300,
     "floor": 120,
     "reversible_adjoint": 300,
+    "reversible_safety": 600,
     "hvp": 120,
     "eager": 120,
 }

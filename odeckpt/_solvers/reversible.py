@@ -182,19 +182,17 @@ class Reversible(AbstractAdaptiveSolver, AbstractReversibleSolver):
     interpolant's order in between, plus the `(1 - coupling) (z0 - y0)` gap closed
     linearly).
 
-    Stability: the coupled pair has a second, parasitic mode. On `y' = lambda y`, with
-    exact base steps, the step's eigenvalues are `e^(h lambda)` and
-    `coupling e^(-h lambda)`: on a decaying mode the second exceeds 1 once
-    `h |lambda| > -log(coupling)`, and `y - z` grows from the local errors. The error
-    estimate is therefore the base method's for the step from `y1` (the reference's)
-    plus the change of `y - z` over the step, so that an adaptive controller keeps the
-    parasitic mode at the tolerance (on a strongly damped problem with steps too small
-    to finish: the solve then stops at `max_steps`). Smaller couplings damp `y - z` but
-    amplify round-off in the inverse step by `1 / coupling` per step. The default 0.999
-    is the reference's; the measured trade-off is in `docs/adjoints.md`. The method is
-    for neural ODEs and oscillatory or conservative problems.
+    Stability: the coupled pair has a second, parasitic mode, whose eigenvalue on
+    `y' = lambda y` is `coupling e^(-h lambda)`: it grows on a decaying mode once
+    `h |lambda| > -log(coupling)`. The error estimate is the base method's for the step
+    from `y1` plus the change of `y - z` over the step, and the state carries the sum of
+    the local error estimates that have fed `y - z` (`CoupledState.fed`); where `|y - z|`
+    exceeds `max_amplification` times that sum, the parasitic mode is growing and the
+    solve stops with `RESULTS.reversible_unstable`, whatever the controller. The method
+    is for neural ODEs and oscillatory or conservative problems; the measured trade-off
+    of the coupling is in `docs/adjoints.md`.
 
-    It is a solver in its own right: `CheckpointAdjoint` (checkpoints store `(y, z)`:
+    It is a solver in its own right: `CheckpointAdjoint` (checkpoints store `(y, z, fed)`:
     `state_rebuildable` is false) and `ForwardMode` differentiate it like any other;
     `ReversibleAdjoint()` reconstructs its states backwards and gives the same
     gradient with O(1) states in memory. After a jump of the vector field it restarts
@@ -204,6 +202,9 @@ class Reversible(AbstractAdaptiveSolver, AbstractReversibleSolver):
         solver: the base method, an explicit Runge–Kutta method with an error estimate
             (`AbstractERK`).
         coupling: the coupling parameter, in `(0, 1]` (`l` / lambda in the paper).
+        max_amplification: how far `|y - z|` may outgrow the local errors that fed it
+            before the solve stops (`None`: never; then only `ReversibleAdjoint`'s
+            check guards gradients, and nothing the solution).
 
     References:
         McCallum & Foster (2024), "Efficient, accurate and stable gradients for

@@ -15,14 +15,15 @@ from .sweep import Sweep, sweep_to
 from .tape import TapePlan
 
 _DRIFTED = (
-    "`BacksolveAdjoint()`: reconstructing the forward states of {} backwards with its "
-    "inverse step did not return to `y0` (off by more than sqrt(eps) relatively): the "
-    "inverse steps amplified round-off, as a reversible method does on damped modes. "
+    "`BacksolveAdjoint()`: the gradient through the forward states of {} reconstructed "
+    "backwards with its inverse step would be wrong (its estimated error exceeds "
+    "eps ** (1/3) relatively): the inverse steps amplified round-off, as a reversible "
+    "method does on damped modes. "
     "Use `CheckpointAdjoint()`, or `BacksolveAdjoint(solver=Tsit5())` for the "
     "continuous adjoint."
 )
 """The message `BacksolveAdjoint()` of a reversible solver raises (`throw=True`) where
-its reconstruction of `y0` drifted."""
+the gradient's estimated error is too large (see `ReversibleAdjoint`)."""
 
 
 def adjoint_rms_seminorm(x) -> jax.Array:
