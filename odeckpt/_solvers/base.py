@@ -23,7 +23,7 @@ from jaxtyping import PyTree
 from odeckpt._core import Args, Y
 from odeckpt._terms import AbstractTerm
 
-from .stepping import diffrax_step, from_diffrax_step
+from .diffrax_protocol import diffrax_step, from_diffrax_step
 
 
 class StepOutput(eqx.Module):

@@ -29,9 +29,11 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from . import linalg as la, stiff_tableaux as tab
-from .base import AbstractAdaptiveSolver, StepOutput
-from .dense import hermite_coeffs
+from odeckpt._solvers.base import AbstractAdaptiveSolver, StepOutput
+from odeckpt._solvers.dense import hermite_coeffs
+from odeckpt._solvers.linear import dense as la
+
+from . import rosenbrock_tableaux as tab
 
 _JAC_MISMATCH = (
     "The Jacobian given to the solver's `jac=...` disagrees with the derivative of "

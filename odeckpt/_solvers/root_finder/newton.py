@@ -37,8 +37,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from odeckpt._core import zero_tangent
-
-from . import linalg as la
+from odeckpt._solvers.linear import dense as la
 
 
 class NewtonOptions(eqx.Module):

@@ -13,14 +13,15 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .base import (
+from odeckpt._solvers.base import (
     AbstractAdaptiveSolver,
     AbstractReversibleSolver,
     AbstractWrappedSolver,
     StepOutput,
 )
+from odeckpt._solvers.runge_kutta.base import AbstractERK
+
 from .linearised import LinearisedStep
-from .runge_kutta import AbstractERK
 
 
 def _base_step(solver: AbstractERK, term, t0, dt, y0, args, dense):

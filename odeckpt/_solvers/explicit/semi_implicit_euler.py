@@ -31,9 +31,8 @@ from typing import ClassVar, final
 import jax
 import jax.numpy as jnp
 
+from odeckpt._solvers.base import AbstractSolver, StepOutput
 from odeckpt._terms import AbstractTerm
-
-from .base import AbstractSolver, StepOutput
 
 
 @final

@@ -65,11 +65,16 @@ import jax.numpy as jnp
 from jax import lax
 
 from odeckpt._core import RESULTS
+from odeckpt._solvers.base import AbstractAdaptiveSolver, StepOutput
+from odeckpt._solvers.linear import dense as la
+from odeckpt._solvers.root_finder.newton import (
+    NewtonOptions,
+    dense_tangent_solve,
+    iterating,
+    verdict,
+)
+from odeckpt._solvers.root_finder.newton_solver import AbstractNewtonSolver
 
-from . import linalg as la
-from .base import AbstractAdaptiveSolver, StepOutput
-from .newton import NewtonOptions, dense_tangent_solve, iterating, verdict
-from .newton_settings import AbstractNewtonSolver
 from .radau_tableau import RADAU_IIA5, RadauTableau
 
 PLAIN_UNKNOWNS = 6

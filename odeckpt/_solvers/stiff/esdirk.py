@@ -39,13 +39,14 @@ import jax
 import jax.numpy as jnp
 
 from odeckpt._core import RESULTS
+from odeckpt._solvers.base import StepOutput
+from odeckpt._solvers.dense import hermite_coeffs
+from odeckpt._solvers.linear import dense as la
+from odeckpt._solvers.root_finder.newton import Stage, solve_stage
+from odeckpt._solvers.root_finder.newton_solver import AbstractNewtonRK, step_factorisation
+from odeckpt._solvers.runge_kutta.base import AbstractDIRK, CalculateJacobian
 
-from . import esdirk_tableaux, linalg as la, stiff_tableaux as tab
-from .base import StepOutput
-from .dense import hermite_coeffs
-from .newton import Stage, solve_stage
-from .newton_settings import AbstractNewtonRK, step_factorisation
-from .runge_kutta import AbstractDIRK, CalculateJacobian
+from . import esdirk_tableaux as tab
 
 if TYPE_CHECKING:  # a class variable each subclass sets (as diffrax declares it)
     from typing import ClassVar as AbstractClassVar
@@ -164,7 +165,7 @@ class Kvaerno4(AbstractESDIRK):
         explicit first stage", BIT 44(3), 489–502.
     """
 
-    tableau = esdirk_tableaux.KVAERNO4
+    tableau = tab.KVAERNO4
 
 
 @final

@@ -33,7 +33,7 @@ import math
 
 import numpy as np
 
-from .order_conditions import order_defects, tree_order
+from odeckpt._solvers.runge_kutta.order_conditions import order_defects, tree_order
 
 _TOL = 1e-12  # the coefficients below pass with a margin of at least 100
 _SQ6 = math.sqrt(6.0)

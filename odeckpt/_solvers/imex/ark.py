@@ -39,15 +39,16 @@ import jax
 import jax.numpy as jnp
 
 from odeckpt._core import RESULTS
+from odeckpt._solvers.base import StepOutput
+from odeckpt._solvers.dense import hermite_coeffs
+from odeckpt._solvers.linear import dense as la
+from odeckpt._solvers.root_finder.newton import NewtonOptions, Stage, solve_stage
+from odeckpt._solvers.root_finder.newton_solver import AbstractNewtonRK
+from odeckpt._solvers.runge_kutta.base import CalculateJacobian
+from odeckpt._solvers.runge_kutta.multi_tableau import broadcast_parts
 from odeckpt._terms import AbstractTerm, MultiTerm
 
-from . import imex_tableaux as tab, linalg as la
-from .base import StepOutput
-from .dense import hermite_coeffs
-from .imex_multi import broadcast_parts
-from .newton import NewtonOptions, Stage, solve_stage
-from .newton_settings import AbstractNewtonRK
-from .runge_kutta import CalculateJacobian
+from . import ark_tableaux as tab
 
 if TYPE_CHECKING:  # a class variable each subclass sets (as diffrax declares it)
     from typing import ClassVar as AbstractClassVar

@@ -34,11 +34,10 @@ from typing import final
 import jax.numpy as jnp
 
 from odeckpt._core import RESULTS
-
-from . import linalg as la
-from .base import AbstractAdaptiveSolver, StepOutput
-from .newton import Stage, solve_stage
-from .newton_settings import AbstractNewtonSolver, step_factorisation
+from odeckpt._solvers.base import AbstractAdaptiveSolver, StepOutput
+from odeckpt._solvers.linear import dense as la
+from odeckpt._solvers.root_finder.newton import Stage, solve_stage
+from odeckpt._solvers.root_finder.newton_solver import AbstractNewtonSolver, step_factorisation
 
 
 @final

@@ -21,17 +21,17 @@ if TYPE_CHECKING:  # a class variable each subclass sets (as diffrax declares it
     from typing import ClassVar as AbstractClassVar
 else:
     from equinox import AbstractClassVar
-from odeckpt._terms import AbstractTerm
-
-from .base import (
+from odeckpt._solvers.base import (
     AbstractAdaptiveSolver,
     AbstractImplicitSolver,
     AbstractSolver,
     StepOutput,
     combine_stages,
 )
-from .dense import hermite_coeffs
-from .imex_multi import MultiButcherTableau, multi_init, multi_step
+from odeckpt._solvers.dense import hermite_coeffs
+from odeckpt._terms import AbstractTerm
+
+from .multi_tableau import MultiButcherTableau, multi_init, multi_step
 from .tableau import ButcherTableau
 
 
