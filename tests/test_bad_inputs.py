@@ -348,8 +348,7 @@ OPTIONS = [
          "got str.",
          lambda: _solve(solver="Tsit5")),
     Case("`AbstractSolver` subclass without a step", "TypeError",
-         "_NoStep steps neither by odeckpt's protocol nor by diffrax's: define "
-         "`step(terms, t0, t1, y0, args, solver_state, made_jump)`",
+         "Can't instantiate abstract class _NoStep",
          lambda: _NoStep()),
     Case("`stepsize_controller` of the wrong type", "TypeError",
          "`diffeqsolve(stepsize_controller=...)` expects an `AbstractStepSizeController`",

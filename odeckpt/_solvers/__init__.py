@@ -29,6 +29,7 @@ Adding an explicit Runge–Kutta method touches exactly: its own module
 
 from .base import (
     AbstractAdaptiveSolver as AbstractAdaptiveSolver,
+    AbstractDiffraxSolver as AbstractDiffraxSolver,
     AbstractImplicitSolver as AbstractImplicitSolver,
     AbstractItoSolver as AbstractItoSolver,
     AbstractReversibleSolver as AbstractReversibleSolver,

@@ -1,14 +1,14 @@
-"""diffrax's stepping protocol over odeckpt's, both ways.
+"""diffrax's stepping protocol over odeckpt's, and back: the one place the two meet.
 
 diffrax drives a solver with `init(terms, t0, t1, y0, args)` and `step(terms, t0, t1,
 y0, args, solver_state, made_jump) -> (y1, y_error, dense_info, solver_state, result)`,
 its dense output being `interpolation_cls(t0=t0, t1=t1, **dense_info)`. odeckpt's
 integrator drives `init_state(term, t0, y0, args)` and `attempt(term, t0, dt, y0,
 solver_state, args, dense) -> StepOutput`, its dense output a polynomial in the step
-fraction (`DenseStep`). `AbstractSolver` gives each protocol in terms of the other, so
-that odeckpt's solvers can be stepped by hand as diffrax's docs show
-(`docs/usage/manual-stepping.md`), and a solver written against diffrax's protocol runs
-in `diffeqsolve`.
+fraction (`DenseStep`). `AbstractSolver.init`/`step` are the first two functions below,
+so that odeckpt's solvers can be stepped by hand as diffrax's docs show
+(`docs/usage/manual-stepping.md`); `AbstractDiffraxSolver.init_state`/`attempt` are the
+last two, so that a solver written against diffrax's protocol runs in `diffeqsolve`.
 """
 
 import jax
@@ -24,11 +24,27 @@ _FRACTIONS = np.arange(1, 6) / 5
 _INVERSE = np.linalg.inv(_FRACTIONS[:, None] ** np.arange(1, 6)[None, :])
 
 
-def diffrax_step(solver, terms, t0, t1, y0, args, solver_state, made_jump):
-    """One step of `solver` (odeckpt's protocol) as diffrax's `step` returns it:
-    `(y1, y_error, dense_info, solver_state, result)`, `dense_info` holding `y0`, `y1`
-    and the dense-output polynomial's `coeffs`. A `solver_state` of `None` (diffrax's
-    for an expensive vector field) or `made_jump` rebuilds the state at `(t0, y0)`."""
+def init_from_init_state(solver, terms, t0, t1, y0, args):
+    """diffrax's `init` of an odeckpt solver: its `init_state` at `(t0, y0)` (the state
+    does not depend on the first step's end `t1`)."""
+    del t1
+    return solver.init_state(terms, t0, y0, args)
+
+
+def step_from_attempt(solver, terms, t0, t1, y0, args, solver_state, made_jump):
+    """diffrax's `step` of an odeckpt solver, from its `attempt`.
+
+    A `solver_state` of `None` (diffrax's for an expensive vector field) or `made_jump`
+    rebuilds the state at `(t0, y0)` with `init_state` first.
+
+    Args:
+        solver: an odeckpt solver.
+        terms, t0, t1, y0, args, solver_state, made_jump: as diffrax's `step`.
+
+    Returns:
+        `(y1, y_error, dense_info, solver_state, result)`, `dense_info` holding `y0`,
+        `y1` and the dense-output polynomial's `coeffs`.
+    """
     t0, t1 = promoted(jnp.asarray(t0), jnp.asarray(t1))
     if solver_state is None:
         solver_state = solver.init_state(terms, t0, y0, args)
@@ -42,11 +58,27 @@ def diffrax_step(solver, terms, t0, t1, y0, args, solver_state, made_jump):
     return out.y1, out.y_error, dense_info, out.state, failure
 
 
-def from_diffrax_step(solver, term, t0, dt, y0, solver_state, args, dense: bool):
-    """`attempt` for a solver written against diffrax's protocol: its `step` from `t0`
-    to `t0 + dt`, as `(y1, y_error, state, coeffs, failure)`. The dense output is its
-    `interpolation_cls(t0=, t1=, **dense_info)` sampled at five fractions of the step,
-    as the quintic through them (`None` with `dense=False`)."""
+def init_state_from_init(solver, term, t0, y0, args):
+    """`init_state` of a solver written against diffrax's protocol: its
+    `init(term, t0, t0, y0, args)` (the first step's end is not known here)."""
+    return solver.init(term, t0, t0, y0, args)
+
+
+def attempt_from_step(solver, term, t0, dt, y0, solver_state, args, dense: bool):
+    """`attempt` of a solver written against diffrax's protocol, from its `step`.
+
+    The dense output is its `interpolation_cls(t0=, t1=, **dense_info)` sampled at five
+    fractions of the step, as the quintic through them.
+
+    Args:
+        solver: a solver written against diffrax's protocol.
+        term, t0, dt, y0, solver_state, args: as `AbstractSolver.attempt`.
+        dense: whether to build the dense output.
+
+    Returns:
+        `(y1, y_error, state, coeffs, failure)`, the fields of a `StepOutput` (`coeffs`
+        `None` with `dense=False`).
+    """
     t1 = t0 + dt
     y1, y_error, dense_info, state, result = solver.step(
         term, t0, t1, y0, args, solver_state, False
