@@ -196,7 +196,7 @@ def test_large_state_uses_the_transformed_system():
 @pytest.mark.parametrize("n", [pytest.param(3, marks=slow), 24])
 def test_whole_and_transformed_newton_steps_agree(n):
     """The same increment from the `3n x 3n` matrix and from the split systems (with
-    `n > linalg.SMALL`, the complex one is factorised by LU)."""
+    `n > linear.dense.SMALL`, the complex one is factorised by LU)."""
     key1, key2, key3 = jax.random.split(jax.random.key(0), 3)
     jac = -5.0 * jax.random.normal(key1, (n, n)) - 20 * jnp.eye(n)
     fields, z = jax.random.normal(key2, (3, n)), jax.random.normal(key3, (3, n))

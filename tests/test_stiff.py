@@ -583,7 +583,7 @@ def heat(t, y, kappa):
 # zero (see `test_ros3p_estimate_is_blind_on_linear_autonomous_problems`).
 @pytest.mark.parametrize("name", [p for p in solver_params(fast={"Kvaerno3"}) if p.id != "Ros3P"])
 def test_large_state_uses_lu_factors(name):
-    """24 unknowns (more than `_linalg.SMALL`): triangular solves, not an inverse."""
+    """24 unknowns (more than `la.SMALL`): triangular solves, not an inverse."""
     solver, n, rtol, atol = SOLVERS[name][0], 24, 1e-6, 1e-9
     assert n > la.SMALL
     x = jnp.linspace(0.0, 1.0, n + 2)[1:-1]
