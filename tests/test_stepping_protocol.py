@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import odeckpt as oc
+from odeckpt._solvers import AbstractDiffraxSolver
 
 DECAY = oc.ODETerm(lambda t, y, args: -y)
 
@@ -147,8 +148,6 @@ def test_a_solver_with_half_of_diffraxs_protocol_is_refused():
 def test_user_solver_takes_the_adapter_as_its_first_base():
     """diffrax's protocol is turned into odeckpt's in one class, which the user's solver
     inherits from: its `init_state` and `attempt` are the adapter's."""
-    from odeckpt._solvers import AbstractDiffraxSolver
-
     assert CrankNicolson.__mro__[1] is AbstractDiffraxSolver
     assert CrankNicolson.attempt is AbstractDiffraxSolver.attempt
     assert CrankNicolson().estimates_error and not oc.Euler().estimates_error

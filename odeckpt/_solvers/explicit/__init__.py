@@ -1,5 +1,6 @@
-"""The explicit Runge–Kutta methods: one module per method, each a validated
-`ButcherTableau` and a final `AbstractRungeKutta` subclass that names it.
+"""The explicit methods, one module per method: the Runge–Kutta ones, each a validated
+`ButcherTableau` and a final `AbstractRungeKutta` subclass that names it, and the
+partitioned `SemiImplicitEuler` (`semi_implicit_euler.py`), for a tuple of terms.
 
 The coefficients, the error weights (up to an irrelevant overall sign for the
 two-stage methods) and the dense output polynomials agree with the tableaux of
