@@ -51,6 +51,9 @@ class StepOutput(eqx.Module):
     failure: jax.Array | None = None
 
 
+# The protocol, its diffrax adapter and the marker classes read one another (the
+# metaclass names the adapter and `AbstractWrappedSolver`; `estimates_error` asks
+# `AbstractAdaptiveSolver`), so they share this module, past 300 lines.
 _ODECKPT_PROTOCOL = frozenset({"init_state", "attempt"})
 _DIFFRAX_PROTOCOL = frozenset({"init", "step"})
 

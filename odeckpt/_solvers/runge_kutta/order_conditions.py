@@ -6,17 +6,9 @@ the IMEX ones (`imex/ark_tableaux.py`) use the routines below (the stiff and IME
 through `check_order`, `check_close`), and nothing else computes trees or elementary
 weights.
 
-A rooted tree is a nested tuple: the sorted tuple of its subtrees, so the single
-vertex is `()`. One generic recursion covers Runge–Kutta, diagonally implicit and
-Rosenbrock methods: for a stage `k_i = h f(Y_i) + h J sum_j G_ij k_j`,
-`Y_i = y0 + sum_j alpha_ij k_j` (`G = 0` for Runge–Kutta methods; `alpha` with its
-diagonal for DIRK methods), the coefficient of the elementary differential of
-`t = [u_1, ..., u_m]` in `k_i` is
-
-    K_i(t) = prod_l (alpha @ K(u_l))_i  +  [m == 1] (G @ K(u_1))_i,
-
-and the order condition of `t` on weights `b` is `b @ K(t) == theta**|t| / gamma(t)`
-(`theta = 1` at the step's end; `theta` inside the step for a dense output).
+A rooted tree is a nested tuple (the sorted tuple of its subtrees; `()` is one vertex),
+and one recursion gives the elementary weights of Runge–Kutta, diagonally implicit and
+Rosenbrock methods alike (`docs/solvers.md`, "Order conditions").
 
 References:
     J. C. Butcher, *Numerical Methods for Ordinary Differential Equations*, 3rd ed.,
