@@ -47,7 +47,7 @@ TABLES = {
     "_solvers/explicit/dopri8.py",
     "_solvers/imex/ark_tableaux.py",
     "_solvers/stiff/esdirk_tableaux.py",
-    "_solvers/stiff/radau_tableau.py",
+    "_solvers/stiff/radau_tableaux.py",
     "_solvers/stiff/rosenbrock_tableaux.py",
 }
 """Modules that are mostly coefficient tables, allowed past `MAX_LINES`: a method

@@ -37,7 +37,7 @@ from test_stiff import (
 
 import odeckpt as oc
 from odeckpt._solvers.runge_kutta.order_conditions import order_defects, tree_order
-from odeckpt._solvers.stiff import radau as rd, radau_tableau as rt
+from odeckpt._solvers.stiff import radau as rd, radau_tableaux as rt
 from odeckpt.testing import assert_grads_close
 
 slow = pytest.mark.slow

@@ -5,7 +5,7 @@
 - `esdirk` (`esdirk_tableaux`): `AbstractESDIRK`, `Kvaerno3`, `Kvaerno4`, `Kvaerno5`:
   stages solved one at a time by simplified Newton (`root_finder/`);
 - `implicit_euler`: `ImplicitEuler`, one Newton-solved stage;
-- `radau` (`radau_tableau`): `RadauIIA5`, three stages solved together in a transformed
+- `radau` (`radau_tableaux`): `RadauIIA5`, three stages solved together in a transformed
   Newton iteration.
 
 The Newton iteration, the solvers' shared settings (`AbstractNewtonSolver`) and the

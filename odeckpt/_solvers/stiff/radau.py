@@ -32,7 +32,7 @@ from odeckpt._solvers.root_finder.newton import (
 )
 from odeckpt._solvers.root_finder.newton_solver import AbstractNewtonSolver
 
-from .radau_tableau import RADAU_IIA5, RadauTableau
+from .radau_tableaux import RADAU_IIA5, RadauTableau
 
 PLAIN_UNKNOWNS = 6
 """Up to this many unknowns `3n`, the stage system is solved whole (see above)."""
