@@ -40,7 +40,7 @@ from _stiff import (
 from bench_stiff import robertson_ref
 
 import odeckpt as oc
-from odeckpt._solvers import radau as rd, radau_tableau as rt
+from odeckpt._solvers.stiff import radau as rd, radau_tableaux as rt
 
 NEWTON_FACTOR = 1e-3  # Newton tolerances relative to the controller's
 # Three points a decade (1, 2, 5): one Radau run for every peer and tolerance.

@@ -13,6 +13,7 @@ Used by `tests/test_reversible_safety.py` and `benchmarks/bench_reversible_safet
 """
 
 import dataclasses
+import functools
 from collections.abc import Callable
 
 import jax
@@ -124,6 +125,14 @@ def _flat(tree) -> np.ndarray:
     return np.concatenate(leaves, axis=1)
 
 
+@functools.cache
+def _reference(kind: Kind, adaptive: bool, draws: int, dtype, solver, seed: int):
+    """`CheckpointAdjoint()`'s gradients through `solver`, flattened per case."""
+    y0, args, t1 = cases(kind, draws, dtype, seed)
+    g_ref, _ = _gradient(kind, adaptive, solver, oc.CheckpointAdjoint())(y0, args, t1)
+    return _flat(g_ref)
+
+
 def evaluate(kind: Kind, adaptive: bool, draws: int, dtype, *, coupling: float = 0.999,
              max_amplification: float | None = 1.0, seed: int = 0,
              gradient_tol: float | None = None) -> Outcome:  # fmt: skip
@@ -133,8 +142,7 @@ def evaluate(kind: Kind, adaptive: bool, draws: int, dtype, *, coupling: float =
     y0, args, t1 = cases(kind, draws, dtype, seed)
     reversible = oc.ReversibleAdjoint(gradient_tol=gradient_tol, throw=False)
     g_rev, result = _gradient(kind, adaptive, solver, reversible)(y0, args, t1)
-    g_ref, _ = _gradient(kind, adaptive, solver, oc.CheckpointAdjoint())(y0, args, t1)
-    rev, ref = _flat(g_rev), _flat(g_ref)
+    rev, ref = _flat(g_rev), _reference(kind, adaptive, draws, dtype, solver, seed)
     refused = np.isnan(rev).any(axis=1)
     scale = np.max(np.abs(ref), axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):

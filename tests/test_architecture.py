@@ -43,8 +43,31 @@ LAYERS = (
 
 LAYER = {unit: level for level, units in enumerate(LAYERS) for unit in units}
 
-TABLES = {"_solvers/explicit/dopri8.py", "_solvers/stiff_tableaux.py"}
-"""Modules that are mostly coefficient tables, allowed past `MAX_LINES`."""
+TABLES = {
+    "_solvers/explicit/dopri8.py",
+    "_solvers/imex/ark_tableaux.py",
+    "_solvers/stiff/esdirk_tableaux.py",
+    "_solvers/stiff/radau_tableaux.py",
+    "_solvers/stiff/rosenbrock_tableaux.py",
+}
+"""Modules that are mostly coefficient tables, allowed past `MAX_LINES`: a method
+family's tableaux stay in one module however many methods it has."""
+
+SOLVERS_TOP = {"__init__", "base", "dense", "diffrax_protocol", "half"}
+"""The modules at the top of `_solvers/`: the protocol, and what every kind of solver
+uses (dense output) or wraps (`HalfSolver`)."""
+
+SOLVER_FOLDERS = {
+    "runge_kutta": "diffrax's Runge–Kutta classes, tableaux, order conditions",
+    "explicit": "explicit methods, one module each",
+    "multistep": "methods whose state carries past points",
+    "stiff": "Rosenbrock, ESDIRK, Radau and implicit Euler, each beside its tableaux",
+    "imex": "the IMEX additive Runge–Kutta methods",
+    "reversible": "algebraically reversible solvers",
+    "root_finder": "Newton iterations and the implicit solvers' settings",
+    "linear": "linear algebra: dense now, Krylov solvers and preconditioners next",
+}
+"""The concepts `_solvers/` is sorted by: a module's folder says what it is."""
 
 MAX_LINES = 400
 
@@ -134,6 +157,25 @@ def test_modules_stay_small():
         and str(p.relative_to(PACKAGE)) not in TABLES
     }
     assert not long, f"split these modules along their seams: {long}"
+
+
+def test_coefficient_tables_exist():
+    missing = [name for name in TABLES if not (PACKAGE / name).is_file()]
+    assert not missing, f"TABLES names modules that do not exist: {missing}"
+
+
+def test_solvers_are_sorted_by_concept():
+    """`_solvers/` holds the protocol at its top and one folder per concept, each named
+    in `docs/architecture.md` (its layer table and where to add a solver)."""
+    solvers = PACKAGE / "_solvers"
+    top = {p.stem for p in solvers.glob("*.py")}
+    folders = {p.name for p in solvers.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert top == SOLVERS_TOP, f"place these modules in a concept's folder: {top - SOLVERS_TOP}"
+    assert folders == set(SOLVER_FOLDERS), f"name the new folders: {folders ^ set(SOLVER_FOLDERS)}"
+    assert all((solvers / folder / "__init__.py").is_file() for folder in folders)
+    architecture = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    undocumented = [f for f in sorted(folders) if f"`{f}/`" not in architecture]
+    assert not undocumented, f"docs/architecture.md does not place {undocumented}"
 
 
 def _abstract_vars(cls) -> bool:

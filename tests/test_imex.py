@@ -24,8 +24,9 @@ import scipy.integrate
 
 import odeckpt as oc
 import odeckpt.testing
-from odeckpt._solvers import IMEX, imex_tableaux as tab
-from odeckpt._solvers.order_conditions import additive_defects, coloured_trees
+from odeckpt._solvers import IMEX
+from odeckpt._solvers.imex import ark_tableaux as tab
+from odeckpt._solvers.runge_kutta.order_conditions import additive_defects, coloured_trees
 
 slow = pytest.mark.slow
 

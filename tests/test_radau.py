@@ -36,8 +36,8 @@ from test_stiff import (
 )
 
 import odeckpt as oc
-from odeckpt._solvers import radau as rd, radau_tableau as rt
-from odeckpt._solvers.order_conditions import order_defects, tree_order
+from odeckpt._solvers.runge_kutta.order_conditions import order_defects, tree_order
+from odeckpt._solvers.stiff import radau as rd, radau_tableaux as rt
 from odeckpt.testing import assert_grads_close
 
 slow = pytest.mark.slow
@@ -221,7 +221,7 @@ def test_large_state_uses_the_transformed_system():
 @pytest.mark.parametrize("n", [pytest.param(3, marks=slow), 24])
 def test_whole_and_transformed_newton_steps_agree(n):
     """The same increment from the `3n x 3n` matrix and from the split systems (with
-    `n > linalg.SMALL`, the complex one is factorised by LU)."""
+    `n > linear.dense.SMALL`, the complex one is factorised by LU)."""
     key1, key2, key3 = jax.random.split(jax.random.key(0), 3)
     jac = -5.0 * jax.random.normal(key1, (n, n)) - 20 * jnp.eye(n)
     fields, z = jax.random.normal(key2, (3, n)), jax.random.normal(key3, (3, n))

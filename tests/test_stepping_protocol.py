@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import odeckpt as oc
+from odeckpt._solvers import AbstractDiffraxSolver
 
 DECAY = oc.ODETerm(lambda t, y, args: -y)
 
@@ -132,5 +133,27 @@ def test_a_solver_without_steps_is_refused():
         def order(self, terms):
             return 1
 
-    with pytest.raises(TypeError, match="steps neither by odeckpt's protocol"):
+    with pytest.raises(TypeError, match="Can't instantiate abstract class NoSteps"):
         NoSteps()
+
+
+def test_a_solver_with_half_of_diffraxs_protocol_is_refused():
+    class NoInit(oc.AbstractSolver):
+        interpolation_cls = oc.LocalLinearInterpolation
+
+        def order(self, terms):
+            return 1
+
+        def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
+            return y0, None, dict(y0=y0, y1=y0), None, oc.RESULTS.successful
+
+    with pytest.raises(TypeError, match="Can't instantiate abstract class NoInit"):
+        NoInit()
+
+
+def test_user_solver_takes_the_adapter_as_its_first_base():
+    """diffrax's protocol is turned into odeckpt's in one class, which the user's solver
+    inherits from: its `init_state` and `attempt` are the adapter's."""
+    assert CrankNicolson.__mro__[1] is AbstractDiffraxSolver
+    assert CrankNicolson.attempt is AbstractDiffraxSolver.attempt
+    assert CrankNicolson().estimates_error and not oc.Euler().estimates_error

@@ -21,15 +21,11 @@ import pytest
 import scipy.integrate
 
 import odeckpt as oc
-from odeckpt._solvers import (
-    STIFF,
-    AbstractESDIRK,
-    AbstractRosenbrock,
-    linalg as la,
-    stiff_tableaux as tab,
-)
-from odeckpt._solvers.newton import NewtonOptions, Stage, solve_stage
-from odeckpt._solvers.order_conditions import lower_matrix, order_defects, tree_order
+from odeckpt._solvers import STIFF, AbstractESDIRK, AbstractRosenbrock
+from odeckpt._solvers.linear import dense as la
+from odeckpt._solvers.root_finder.newton import NewtonOptions, Stage, solve_stage
+from odeckpt._solvers.runge_kutta.order_conditions import lower_matrix, order_defects, tree_order
+from odeckpt._solvers.stiff import esdirk_tableaux as esdirk_tab, rosenbrock_tableaux as ros_tab
 
 slow = pytest.mark.slow
 
@@ -172,7 +168,7 @@ ROSENBROCK_TABLEAUX = [s.tableau for s in STIFF if issubclass(s, AbstractRosenbr
 ESDIRK_TABLEAUX = [s.tableau for s in STIFF if issubclass(s, AbstractESDIRK)]
 
 
-def _rosenbrock_untransformed(t: tab.RosenbrockTableau):
+def _rosenbrock_untransformed(t: ros_tab.RosenbrockTableau):
     s = t.stages
     gamma = np.linalg.inv(np.diag(np.full(s, 1 / t.gamma)) - lower_matrix(t.C, s))
     return lower_matrix(t.a, s) @ gamma, gamma, np.asarray(t.m) @ gamma
@@ -200,8 +196,8 @@ def test_esdirk_order_is_exact(t):
 
 
 def test_rodas5p_dense_output_is_order_4():
-    alpha, gamma, _ = _rosenbrock_untransformed(tab.RODAS5P)
-    rows, m = np.asarray(tab.RODAS5P.dense), np.asarray(tab.RODAS5P.m)
+    alpha, gamma, _ = _rosenbrock_untransformed(ros_tab.RODAS5P)
+    rows, m = np.asarray(ros_tab.RODAS5P.dense), np.asarray(ros_tab.RODAS5P.m)
     poly = sum(0.3**r * rows[r] for r in range(3))
     weights = (0.3 * m + 0.3 * 0.7 * poly) @ gamma
     defects = order_defects(alpha, gamma, weights, 5, theta=0.3)
@@ -212,7 +208,7 @@ def test_rodas5p_dense_output_is_order_4():
 DENSE_ESDIRK_TABLEAUX = [t for t in ESDIRK_TABLEAUX if t.dense is not None]
 
 
-def _dense_weights(t: tab.EsdirkTableau, theta: float) -> np.ndarray:
+def _dense_weights(t: esdirk_tab.EsdirkTableau, theta: float) -> np.ndarray:
     assert t.dense is not None
     return sum(theta ** (r + 1) * np.asarray(row) for r, row in enumerate(t.dense))
 
@@ -251,7 +247,7 @@ def test_esdirk_dense_output_stays_bounded_on_stiff_decay(t):
     assert hermite > 1e6
 
 
-def _stability(t: tab.EsdirkTableau, z: complex) -> complex:
+def _stability(t: esdirk_tab.EsdirkTableau, z: complex) -> complex:
     """`R(z) = 1 + z b . (I - z A)^-1 1`."""
     stages = np.linalg.solve(np.eye(t.stages) - z * t.matrix, np.ones(t.stages, complex))
     return 1 + z * np.asarray(t.b) @ stages
@@ -265,26 +261,26 @@ def test_esdirk_is_l_stable(t):
     ys = np.r_[-np.logspace(-3, 6, 200), np.logspace(-3, 6, 200)]
     on_axis = [abs(_stability(t, 1j * y)) for y in ys]
     assert max(on_axis) <= 1 + 1e-12
-    assert abs(tab.stiff_stage_limit(t.matrix)[-1]) < 1e-12
+    assert abs(esdirk_tab.stiff_stage_limit(t.matrix)[-1]) < 1e-12
     assert abs(_stability(t, -1e4)) < 1e-3  # R(z) ~ c / z for large |z|
 
 
 def test_a_wrong_digit_is_caught():
-    C = list(tab.RODAS5P.C)
+    C = list(ros_tab.RODAS5P.C)
     C[4] = (C[4][0] * (1 + 1e-9), *C[4][1:])
     with pytest.raises(ValueError, match="RODAS5P: c != row sums of alpha"):
-        dataclasses.replace(tab.RODAS5P, C=tuple(C))
+        dataclasses.replace(ros_tab.RODAS5P, C=tuple(C))
     with pytest.raises(ValueError, match="KVAERNO5: the solution violates the order-6"):
-        dataclasses.replace(tab.KVAERNO5, order=6)
+        dataclasses.replace(esdirk_tab.KVAERNO5, order=6)
     with pytest.raises(ValueError, match="no error estimate"):
-        dataclasses.replace(tab.ROS3P, m_hat=tab.ROS3P.m)
+        dataclasses.replace(ros_tab.ROS3P, m_hat=ros_tab.ROS3P.m)
 
 
 def test_ros3p_estimate_is_blind_on_linear_autonomous_problems():
     """Documented limitation: on `y' = lambda y`, stages 1 and 2 of ROS3P coincide and
     its error estimate is zero, whatever `h lambda` (any 2nd-order embedding is)."""
-    alpha, gamma, _ = _rosenbrock_untransformed(tab.ROS3P)
-    err = np.asarray(tab.ROS3P.m_err) @ gamma
+    alpha, gamma, _ = _rosenbrock_untransformed(ros_tab.ROS3P)
+    err = np.asarray(ros_tab.ROS3P.m_err) @ gamma
     for z in (-0.1, -10.0, -1e4):
         stages = np.linalg.solve(np.eye(3) - z * (alpha + gamma), z * np.ones(3))
         assert abs(err @ stages) < 1e-13
@@ -691,7 +687,7 @@ def heat(t, y, kappa):
 # zero (see `test_ros3p_estimate_is_blind_on_linear_autonomous_problems`).
 @pytest.mark.parametrize("name", [p for p in solver_params(fast={"Kvaerno3"}) if p.id != "Ros3P"])
 def test_large_state_uses_lu_factors(name):
-    """24 unknowns (more than `_linalg.SMALL`): triangular solves, not an inverse."""
+    """24 unknowns (more than `la.SMALL`): triangular solves, not an inverse."""
     solver, n, rtol, atol = SOLVERS[name][0], 24, 1e-6, 1e-9
     assert n > la.SMALL
     x = jnp.linspace(0.0, 1.0, n + 2)[1:-1]

@@ -14,13 +14,13 @@ from odeckpt._solvers.explicit.euler import EULER
 from odeckpt._solvers.explicit.heun import HEUN
 from odeckpt._solvers.explicit.midpoint import MIDPOINT
 from odeckpt._solvers.explicit.tsit5 import TSIT5
-from odeckpt._solvers.order_conditions import (
+from odeckpt._solvers.runge_kutta.order_conditions import (
     condition_defects,
     dense_condition_defects,
     rooted_trees,
     tree_density,
 )
-from odeckpt._solvers.tableau import ButcherTableau, evaluate_dense_weights
+from odeckpt._solvers.runge_kutta.tableau import ButcherTableau, evaluate_dense_weights
 
 # Every registered explicit method; a new one is checked here without editing this file.
 ALL = [solver.tableau for solver in EXPLICIT]

@@ -1,29 +1,24 @@
-"""The solvers: one-step methods behind one interface, `AbstractSolver`.
+"""The solvers: one-step and multistep methods behind one interface, `AbstractSolver`.
 
-- `base`: `AbstractSolver` (what the integrator asks of a method), `StepOutput`, and
-  diffrax's abstract marker classes (`AbstractAdaptiveSolver`, `AbstractImplicitSolver`,
-  ...).
-- `tableau`, `order_conditions`: `ButcherTableau`, validated against the B-series
-  order conditions (rooted trees) when it is defined (in odeckpt's fields or diffrax's);
-  the stiff tableaux use the same order-condition routines; `coefficients`: helpers
-  that build the explicit tableaux' weights.
-- `runge_kutta`: diffrax's Runge–Kutta classes (`AbstractRungeKutta`, `AbstractERK`,
-  `AbstractDIRK`, `AbstractSDIRK`), `AbstractExplicitSolver` and the one generic
-  explicit step.
-- `explicit/`: one module per explicit method (its tableau and its final class).
-- `rosenbrock`, `esdirk` (with `newton`, `newton_settings`, `linalg`, `stiff_tableaux`,
-  `esdirk_tableaux`, `verychord`), `implicit_euler`, `radau` (with `radau_tableau`): the
-  stiff solvers; `imex` (with `imex_tableaux`): the IMEX additive Runge–Kutta methods,
-  for `MultiTerm(explicit, implicit)`; `imex_multi`: diffrax's `MultiButcherTableau` (a
-  tableau per term) and the additive step of an `AbstractRungeKutta` defined with one.
-- `partitioned`: `SemiImplicitEuler`, for a tuple of terms (`PartitionedTerm`).
-- `half`: `HalfSolver`, an error estimate for any solver from two half steps.
-- `leapfrog_midpoint`, `reversible_heun`: solvers that carry state `init_state` cannot
-  rebuild (`LeapfrogMidpoint`'s previous point; `ReversibleHeun`'s `yhat`, which also
-  makes its step algebraically reversible: `AbstractReversibleSolver.reverse_step`).
-- `reversible`: `Reversible`, any explicit Runge–Kutta method made algebraically
-  reversible (a second solution `z` carried, coupled to `y`).
-- `dense`: `DenseStep`, the per-step dense-output polynomial, and cubic Hermite.
+Sorted by concept; each subpackage's `__init__` lists its modules.
+
+- `base`: `AbstractSolver` (odeckpt's stepping protocol, `init_state` and `attempt`,
+  and what the integrator asks of a method), `StepOutput`, and diffrax's abstract
+  marker classes (`AbstractAdaptiveSolver`, `AbstractImplicitSolver`, ...);
+  `diffrax_protocol`: diffrax's `init`/`step` over odeckpt's protocol, and back;
+  `dense`: `DenseStep`, the per-step dense-output polynomial;
+  `half`: `HalfSolver`, an error estimate for any solver from two half steps.
+- `runge_kutta/`: diffrax's Runge–Kutta classes, the generic explicit step, tableaux
+  and the order conditions that check them.
+- `explicit/`: one module per explicit method (an explicit Runge–Kutta method is its
+  tableau and its final class), and the partitioned `SemiImplicitEuler`.
+- `multistep/`: `LeapfrogMidpoint`.
+- `stiff/`: Rosenbrock, ESDIRK, Radau IIA and `ImplicitEuler`, each beside its tableau.
+- `imex/`: the IMEX additive Runge–Kutta methods, for `MultiTerm(explicit, implicit)`.
+- `reversible/`: `Reversible`, `ReversibleHeun`, `LinearisedStep`.
+- `root_finder/`: the simplified Newton iteration, `VeryChord`, and the Newton-based
+  solvers' shared settings (`AbstractNewtonSolver`).
+- `linear/`: dense linear algebra on the flattened state.
 
 `EXPLICIT`, `STIFF`, `IMEX` and `STATEFUL` are the registries of the concrete solvers; the
 tests read them.
@@ -34,6 +29,7 @@ Adding an explicit Runge–Kutta method touches exactly: its own module
 
 from .base import (
     AbstractAdaptiveSolver as AbstractAdaptiveSolver,
+    AbstractDiffraxSolver as AbstractDiffraxSolver,
     AbstractImplicitSolver as AbstractImplicitSolver,
     AbstractItoSolver as AbstractItoSolver,
     AbstractReversibleSolver as AbstractReversibleSolver,
@@ -48,12 +44,6 @@ from .dense import (
     hermite_coeffs as hermite_coeffs,
     linear_coeffs as linear_coeffs,
 )
-from .esdirk import (
-    AbstractESDIRK as AbstractESDIRK,
-    Kvaerno3 as Kvaerno3,
-    Kvaerno4 as Kvaerno4,
-    Kvaerno5 as Kvaerno5,
-)
 from .explicit.bosh3 import Bosh3 as Bosh3
 from .explicit.dopri5 import Dopri5 as Dopri5
 from .explicit.dopri8 import Dopri8 as Dopri8
@@ -61,29 +51,22 @@ from .explicit.euler import Euler as Euler
 from .explicit.heun import Heun as Heun
 from .explicit.midpoint import Midpoint as Midpoint
 from .explicit.ralston import Ralston as Ralston
+from .explicit.semi_implicit_euler import SemiImplicitEuler as SemiImplicitEuler
 from .explicit.tsit5 import Tsit5 as Tsit5
 from .half import HalfSolver as HalfSolver
-from .imex import (
+from .imex.ark import (
     AbstractIMEX as AbstractIMEX,
     KenCarp3 as KenCarp3,
     KenCarp4 as KenCarp4,
     KenCarp5 as KenCarp5,
     Sil3 as Sil3,
 )
-from .imex_multi import MultiButcherTableau as MultiButcherTableau
-from .implicit_euler import ImplicitEuler as ImplicitEuler
-from .leapfrog_midpoint import LeapfrogMidpoint as LeapfrogMidpoint
-from .newton_settings import AbstractNewtonSolver as AbstractNewtonSolver
-from .partitioned import SemiImplicitEuler as SemiImplicitEuler
-from .radau import RadauIIA5 as RadauIIA5
-from .reversible import Reversible as Reversible
-from .reversible_heun import ReversibleHeun as ReversibleHeun
-from .rosenbrock import (
-    AbstractRosenbrock as AbstractRosenbrock,
-    Rodas5P as Rodas5P,
-    Ros3P as Ros3P,
-)
-from .runge_kutta import (
+from .multistep.leapfrog_midpoint import LeapfrogMidpoint as LeapfrogMidpoint
+from .reversible.reversible import Reversible as Reversible
+from .reversible.reversible_heun import ReversibleHeun as ReversibleHeun
+from .root_finder.newton_solver import AbstractNewtonSolver as AbstractNewtonSolver
+from .root_finder.verychord import AbstractRootFinder as AbstractRootFinder, VeryChord as VeryChord
+from .runge_kutta.base import (
     AbstractDIRK as AbstractDIRK,
     AbstractERK as AbstractERK,
     AbstractExplicitSolver as AbstractExplicitSolver,
@@ -92,8 +75,21 @@ from .runge_kutta import (
     CalculateJacobian as CalculateJacobian,
     weighted_stages as weighted_stages,
 )
-from .tableau import ButcherTableau as ButcherTableau
-from .verychord import AbstractRootFinder as AbstractRootFinder, VeryChord as VeryChord
+from .runge_kutta.multi_tableau import MultiButcherTableau as MultiButcherTableau
+from .runge_kutta.tableau import ButcherTableau as ButcherTableau
+from .stiff.esdirk import (
+    AbstractESDIRK as AbstractESDIRK,
+    Kvaerno3 as Kvaerno3,
+    Kvaerno4 as Kvaerno4,
+    Kvaerno5 as Kvaerno5,
+)
+from .stiff.implicit_euler import ImplicitEuler as ImplicitEuler
+from .stiff.radau import RadauIIA5 as RadauIIA5
+from .stiff.rosenbrock import (
+    AbstractRosenbrock as AbstractRosenbrock,
+    Rodas5P as Rodas5P,
+    Ros3P as Ros3P,
+)
 
 EXPLICIT: tuple[type[AbstractExplicitSolver], ...] = (
     Euler,

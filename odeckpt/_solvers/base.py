@@ -1,8 +1,13 @@
-"""`AbstractSolver`: what the integrator asks of a one-step method, `StepOutput`, and
-the abstract marker classes that say what kind of method a solver is.
+"""`AbstractSolver`: odeckpt's stepping protocol and what the integrator asks of a
+method, `StepOutput`, and the abstract marker classes that say what kind of method a
+solver is.
 
-The markers carry diffrax's meaning, so that code which sorts solvers with
-`isinstance` sorts odeckpt's the same way:
+A solver provides `order`, `init_state` and `attempt`: they are abstract, so `abc`
+refuses to instantiate a class without them. diffrax's protocol, `init` and `step`, is
+derived from them, and a solver written against diffrax's protocol gets them from its
+`init` and `step` through one adapter, `AbstractDiffraxSolver` (both conversions are in
+`diffrax_protocol.py`). The markers carry diffrax's meaning, so that code which sorts
+solvers with `isinstance` sorts odeckpt's the same way:
 
 - `AbstractAdaptiveSolver`: the method makes an error estimate, so an adaptive step-size
   controller can drive it;
@@ -23,7 +28,7 @@ from jaxtyping import PyTree
 from odeckpt._core import Args, Y
 from odeckpt._terms import AbstractTerm
 
-from .stepping import diffrax_step, from_diffrax_step
+from . import diffrax_protocol
 
 
 class StepOutput(eqx.Module):
@@ -46,34 +51,55 @@ class StepOutput(eqx.Module):
     failure: jax.Array | None = None
 
 
-class _LooksThroughWrappers(type(eqx.Module)):
-    """`isinstance(wrapped, Marker)` also asks the solver an `AbstractWrappedSolver`
-    wraps, as diffrax's solvers do (a wrapped implicit solver is implicit)."""
+# The protocol, its diffrax adapter and the marker classes read one another (the
+# metaclass names the adapter and `AbstractWrappedSolver`; `estimates_error` asks
+# `AbstractAdaptiveSolver`), so they share this module, past 300 lines.
+_ODECKPT_PROTOCOL = frozenset({"init_state", "attempt"})
+_DIFFRAX_PROTOCOL = frozenset({"init", "step"})
+
+
+def _steps_by_diffrax(bases, namespace) -> bool:
+    """Whether a new class is a solver written against diffrax's protocol alone: its body
+    defines `init` or `step`, and neither it nor a solver among its bases provides
+    `init_state` or `attempt`."""
+    if not _DIFFRAX_PROTOCOL & namespace.keys() or _ODECKPT_PROTOCOL & namespace.keys():
+        return False
+    solvers = [base for base in bases if issubclass(base, AbstractSolver)]
+    return bool(solvers) and all(_ODECKPT_PROTOCOL <= base.__abstractmethods__ for base in solvers)
+
+
+class _SolverMeta(type(eqx.Module)):
+    """The solvers' metaclass: a class written against diffrax's protocol takes
+    `AbstractDiffraxSolver` as its first base, and `isinstance(wrapped, Marker)` also
+    asks the solver an `AbstractWrappedSolver` wraps, as diffrax's solvers do (a wrapped
+    implicit solver is implicit)."""
+
+    def __new__(mcs, name, bases, namespace, **kwargs):
+        if _steps_by_diffrax(bases, namespace):
+            bases = (AbstractDiffraxSolver, *bases)
+        return super().__new__(mcs, name, bases, namespace, **kwargs)
 
     def __instancecheck__(cls, obj):
         if super().__instancecheck__(obj):
             return True
-        meta = super(_LooksThroughWrappers, AbstractWrappedSolver)  # pyright: ignore[reportArgumentType]
+        meta = super(_SolverMeta, AbstractWrappedSolver)  # pyright: ignore[reportArgumentType]
         return meta.__instancecheck__(obj) and isinstance(obj.solver, cls)
 
 
 # Given as keyword arguments, so that type checkers keep treating solvers as dataclasses.
-_METACLASS: dict[str, Any] = {"metaclass": _LooksThroughWrappers}
+_METACLASS: dict[str, Any] = {"metaclass": _SolverMeta}
 
 
 class AbstractSolver(eqx.Module, **_METACLASS):
-    """A one-step method. Concrete solvers are final.
+    """A one-step (or multistep) method. Concrete solvers are final.
 
-    A subclass provides `order`, `evals_per_step`, `init_state` and `attempt`; the
-    integrator asks nothing else of it. Whether it may be used with an adaptive
-    controller is whether it is an `AbstractAdaptiveSolver`.
-
-    diffrax's stepping protocol is here too (`stepping.py`): every solver has
-    `init(terms, t0, t1, y0, args)` and `step(terms, t0, t1, y0, args, solver_state,
-    made_jump)`, so it can be stepped by hand as in diffrax. A solver written against
-    that protocol instead (a subclass that provides `order`, `init`, `step` and
-    `interpolation_cls`, as diffrax's docs show) runs in `diffeqsolve`: its `init_state`
-    and `attempt` are its `init` and `step`.
+    A subclass provides `order`, `init_state` and `attempt`; the integrator asks nothing
+    else of it, and the other members have defaults. diffrax's `init` and `step` are
+    derived from `init_state` and `attempt`, so any solver can be stepped by hand as in
+    diffrax. A subclass written against diffrax's protocol instead (`order`, `init`,
+    `step`, `interpolation_cls`, as diffrax's docs write one) runs in `diffeqsolve`:
+    its class takes `AbstractDiffraxSolver`, which derives `init_state` and `attempt`
+    from them, as its first base.
 
     Attributes:
         term_structure: the terms the solver takes (`AbstractTerm` for every odeckpt
@@ -86,21 +112,55 @@ class AbstractSolver(eqx.Module, **_METACLASS):
     term_structure: ClassVar[Any] = AbstractTerm
     interpolation_cls: ClassVar[Any] = None
 
-    def __check_init__(self):
-        cls, base = type(self), AbstractSolver
-        if (cls.attempt is base.attempt and cls.step is base.step) or (
-            cls.init_state is base.init_state and cls.init is base.init
-        ):
-            raise TypeError(
-                f"{cls.__name__} steps neither by odeckpt's protocol nor by diffrax's: "
-                "define `step(terms, t0, t1, y0, args, solver_state, made_jump)` and "
-                "`init(terms, t0, t1, y0, args)` (diffrax's), or `attempt` and "
-                "`init_state` (odeckpt's)."
-            )
-
     @abc.abstractmethod
     def order(self, terms: AbstractTerm) -> int | None:
         """The order of the method (of `y1`) on the ODE `terms`."""
+
+    @abc.abstractmethod
+    def init_state(self, term: AbstractTerm, t0, y0: Y, args: Args) -> PyTree:
+        """The solver state at `(t0, y0)`, carried between steps.
+
+        Also the state after a jump of the vector field
+        (`ClipStepSizeController(jump_ts=...)`): the solve restarts there, as from an
+        initial value.
+
+        Args:
+            term: the vector field.
+            t0, y0: the time and the solution there.
+            args: the vector field's arguments.
+
+        Returns:
+            The state (Runge–Kutta: the first stage `f(t0, y0)`; `()` for a method that
+            carries nothing).
+        """
+
+    @abc.abstractmethod
+    def attempt(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
+        """Attempt one step of size `dt` from `(t0, y0)`.
+
+        Args:
+            term, args: the vector field and its arguments.
+            t0, dt: the step's start and size.
+            y0, solver_state: the solution and the solver state at `t0`.
+            dense: whether the dense output is needed (`False` may skip it).
+
+        Returns:
+            The candidate step (`StepOutput`), which the controller accepts or rejects.
+        """
+
+    def init(self, terms: AbstractTerm, t0, t1, y0: Y, args: Args) -> PyTree:
+        """diffrax's `init`: the solver state for a first step from `t0` to `t1`."""
+        return diffrax_protocol.init_from_init_state(self, terms, t0, t1, y0, args)
+
+    def step(
+        self, terms: AbstractTerm, t0, t1, y0: Y, args: Args, solver_state, made_jump
+    ) -> tuple:
+        """diffrax's `step` from `t0` to `t1`: `(y1, y_error, dense_info, solver_state,
+        result)`; `made_jump` (or a `solver_state` of `None`) rebuilds the state at
+        `(t0, y0)` first."""
+        return diffrax_protocol.step_from_attempt(
+            self, terms, t0, t1, y0, args, solver_state, made_jump
+        )
 
     def error_order(self, terms: AbstractTerm) -> int | None:
         """The local order of the error estimate: the exponent denominator of
@@ -121,70 +181,40 @@ class AbstractSolver(eqx.Module, **_METACLASS):
 
     @property
     def estimates_error(self) -> bool:
-        """Whether an adaptive controller may drive the solver: an
-        `AbstractAdaptiveSolver`, or a solver written against diffrax's protocol (whose
-        `step` returns its error estimate, as diffrax lets it)."""
-        return (
-            isinstance(self, AbstractAdaptiveSolver) or type(self).step is not AbstractSolver.step
-        )
+        """Whether an adaptive controller may drive the solver: whether it is an
+        `AbstractAdaptiveSolver` (or, `AbstractDiffraxSolver`, written against diffrax's
+        protocol)."""
+        return isinstance(self, AbstractAdaptiveSolver)
 
     @property
     def evals_per_step(self) -> int:
         """Evaluations of the vector field per step (`Solution.stats["num_vf_evals"]`):
-        0, uncounted, for a solver written against diffrax's protocol, which does not
-        say."""
+        0, uncounted, unless the solver says."""
         return 0
 
     def func(self, terms: AbstractTerm, t0, y0: Y, args: Args) -> Y:
         """The vector field at `(t0, y0)`, as diffrax's `AbstractSolver.func`."""
         return terms.vf(t0, y0, args)
 
-    def init_state(self, term: AbstractTerm, t0, y0: Y, args: Args) -> PyTree:
-        """The solver state at `(t0, y0)`, carried between steps (Runge–Kutta: the
-        first stage `f(t0, y0)`; `()` for a method that carries nothing). Also the
-        state after a jump of the vector field (`ClipStepSizeController(jump_ts=...)`):
-        the solve restarts there, as from an initial value. By default diffrax's
-        `init(term, t0, t0, y0, args)` (the first step's end is not known here)."""
-        return self.init(term, t0, t0, y0, args)
-
-    def init(self, terms: AbstractTerm, t0, t1, y0: Y, args: Args) -> PyTree:
-        """diffrax's `init`: the solver state for a first step from `t0` to `t1`."""
-        del t1
-        return self.init_state(terms, t0, y0, args)
-
-    def step(self, terms: AbstractTerm, t0, t1, y0: Y, args: Args, solver_state, made_jump):
-        """diffrax's `step` from `t0` to `t1`: `(y1, y_error, dense_info, solver_state,
-        result)`; `made_jump` (or a `solver_state` of `None`) rebuilds the state at
-        `(t0, y0)` first."""
-        return diffrax_step(self, terms, t0, t1, y0, args, solver_state, made_jump)
-
     @property
     def carries_first_stage(self) -> bool:
         """Whether the state the steps carry holds a vector-field evaluation that
-        `init_state` makes and the next step reads instead of evaluating it (FSAL Runge–Kutta
-        methods: the first stage `f(t, y)`, which the step before computed as its last).
-        A checkpoint restored by `init_state` then costs one evaluation, unless it stores the
-        state (`CheckpointAdjoint` decides from its memory budget). False (the default)
-        for a method whose step evaluates all it needs from `(t, y)`: its restores cost
-        nothing."""
+        `init_state` makes and the next step reads instead of evaluating it (FSAL
+        Runge–Kutta methods: the first stage `f(t, y)`, which the step before computed
+        as its last). A checkpoint restored by `init_state` then costs one evaluation,
+        unless it stores the state (`CheckpointAdjoint` decides from its memory budget).
+        False (the default) for a method whose step evaluates all it needs from
+        `(t, y)`: its restores cost nothing."""
         return False
 
     @property
     def state_rebuildable(self) -> bool:
-        """Whether `init_state(term, t, y, args)` rebuilds, bit for bit, the state that the
-        steps carry to `(t, y)` (true of one-step methods: Runge–Kutta's first stage is
-        `f(t, y)`). A checkpoint then stores `y` alone and recomputes the state; for a
-        solver whose state holds its past (`LeapfrogMidpoint`'s previous point,
+        """Whether `init_state(term, t, y, args)` rebuilds, bit for bit, the state that
+        the steps carry to `(t, y)` (true of one-step methods: Runge–Kutta's first stage
+        is `f(t, y)`). A checkpoint then stores `y` alone and recomputes the state; for
+        a solver whose state holds its past (`LeapfrogMidpoint`'s previous point,
         `ReversibleHeun`'s `yhat`) a checkpoint stores the state too."""
         return True
-
-    def attempt(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
-        """Attempt one step of size `dt`; `dense=False` may skip the dense output. By
-        default diffrax's `step` (see `stepping.from_diffrax_step`)."""
-        y1, y_error, state, coeffs, failure = from_diffrax_step(
-            self, term, t0, dt, y0, solver_state, args, dense
-        )
-        return StepOutput(y1=y1, y_error=y_error, state=state, coeffs=coeffs, failure=failure)
 
     @property
     def reversible(self) -> bool:
@@ -192,6 +222,44 @@ class AbstractSolver(eqx.Module, **_METACLASS):
         `reverse_step`). A wrapper answers for itself: `HalfSolver(ReversibleHeun())`
         is not reversible, though `isinstance` looks through it."""
         return False
+
+
+class AbstractDiffraxSolver(AbstractSolver):
+    """A solver written against diffrax's stepping protocol: a subclass provides
+    `order`, `init`, `step` and `interpolation_cls`, and odeckpt's `init_state` and
+    `attempt` are derived from them (`diffrax_protocol.py`).
+
+    A subclass of `AbstractSolver` whose body defines `init` or `step` and that inherits
+    no `init_state` or `attempt` takes this class as its first base, so a solver ported
+    from diffrax needs no change. Its `step` returns an error estimate, as diffrax lets
+    it, so an adaptive controller may drive it; its evaluations are not counted.
+    """
+
+    @abc.abstractmethod
+    def init(self, terms: AbstractTerm, t0, t1, y0: Y, args: Args) -> PyTree:
+        """diffrax's `init`: the solver state for a first step from `t0` to `t1`."""
+
+    @abc.abstractmethod
+    def step(
+        self, terms: AbstractTerm, t0, t1, y0: Y, args: Args, solver_state, made_jump
+    ) -> tuple:
+        """diffrax's `step` from `t0` to `t1`: `(y1, y_error, dense_info, solver_state,
+        result)`."""
+
+    def init_state(self, term: AbstractTerm, t0, y0: Y, args: Args) -> PyTree:
+        """`init(term, t0, t0, y0, args)` (the first step's end is not known here)."""
+        return diffrax_protocol.init_state_from_init(self, term, t0, y0, args)
+
+    def attempt(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
+        """`step` from `t0` to `t0 + dt`, its dense output sampled into a polynomial."""
+        y1, y_error, state, coeffs, failure = diffrax_protocol.attempt_from_step(
+            self, term, t0, dt, y0, solver_state, args, dense
+        )
+        return StepOutput(y1=y1, y_error=y_error, state=state, coeffs=coeffs, failure=failure)
+
+    @property
+    def estimates_error(self) -> bool:
+        return True
 
 
 class AbstractReversibleSolver(AbstractSolver):

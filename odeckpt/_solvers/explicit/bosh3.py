@@ -2,9 +2,9 @@
 
 from typing import final
 
-from odeckpt._solvers.coefficients import error_weights, hermite_dense
-from odeckpt._solvers.runge_kutta import AbstractERK
-from odeckpt._solvers.tableau import ButcherTableau
+from odeckpt._solvers.runge_kutta.base import AbstractERK
+from odeckpt._solvers.runge_kutta.coefficients import error_weights, hermite_dense
+from odeckpt._solvers.runge_kutta.tableau import ButcherTableau
 
 _BOSH3_B = (2 / 9, 1 / 3, 4 / 9, 0.0)
 

@@ -2,9 +2,9 @@
 
 from typing import final
 
-from odeckpt._solvers.coefficients import error_weights
-from odeckpt._solvers.runge_kutta import AbstractERK
-from odeckpt._solvers.tableau import ButcherTableau
+from odeckpt._solvers.runge_kutta.base import AbstractERK
+from odeckpt._solvers.runge_kutta.coefficients import error_weights
+from odeckpt._solvers.runge_kutta.tableau import ButcherTableau
 
 _DOPRI5_B = (35 / 384, 0.0, 500 / 1113, 125 / 192, -2187 / 6784, 11 / 84, 0.0)
 

@@ -3,9 +3,9 @@ module runs past 300 lines: it is coefficients.)"""
 
 from typing import final
 
-from odeckpt._solvers.coefficients import error_weights
-from odeckpt._solvers.runge_kutta import AbstractERK
-from odeckpt._solvers.tableau import ButcherTableau
+from odeckpt._solvers.runge_kutta.base import AbstractERK
+from odeckpt._solvers.runge_kutta.coefficients import error_weights
+from odeckpt._solvers.runge_kutta.tableau import ButcherTableau
 
 _DOPRI8_B = (
     14005451 / 335480064,

@@ -3,8 +3,8 @@
 from typing import final
 
 from odeckpt._solvers.base import AbstractItoSolver
-from odeckpt._solvers.runge_kutta import AbstractExplicitSolver
-from odeckpt._solvers.tableau import ButcherTableau
+from odeckpt._solvers.runge_kutta.base import AbstractExplicitSolver
+from odeckpt._solvers.runge_kutta.tableau import ButcherTableau
 
 EULER = ButcherTableau(
     name="EULER",

@@ -3,9 +3,9 @@
 from typing import final
 
 from odeckpt._solvers.base import AbstractStratonovichSolver
-from odeckpt._solvers.coefficients import error_weights, hermite_dense
-from odeckpt._solvers.runge_kutta import AbstractERK
-from odeckpt._solvers.tableau import ButcherTableau
+from odeckpt._solvers.runge_kutta.base import AbstractERK
+from odeckpt._solvers.runge_kutta.coefficients import error_weights, hermite_dense
+from odeckpt._solvers.runge_kutta.tableau import ButcherTableau
 
 RALSTON = ButcherTableau(
     name="RALSTON",

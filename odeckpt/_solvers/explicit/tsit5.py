@@ -2,9 +2,9 @@
 
 from typing import final
 
-from odeckpt._solvers.coefficients import error_weights, factored_weight
-from odeckpt._solvers.runge_kutta import AbstractERK
-from odeckpt._solvers.tableau import ButcherTableau
+from odeckpt._solvers.runge_kutta.base import AbstractERK
+from odeckpt._solvers.runge_kutta.coefficients import error_weights, factored_weight
+from odeckpt._solvers.runge_kutta.tableau import ButcherTableau
 
 _TSIT5_B = (
     0.09646076681806523,

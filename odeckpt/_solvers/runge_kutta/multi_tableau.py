@@ -20,10 +20,9 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from odeckpt._solvers.base import StepOutput, combine_stages
+from odeckpt._solvers.dense import hermite_coeffs
 from odeckpt._terms import AbstractTerm
-
-from .base import StepOutput, combine_stages
-from .dense import hermite_coeffs
 
 
 @dataclasses.dataclass(frozen=True, init=False)

@@ -1,24 +1,10 @@
 """`SemiImplicitEuler`: the symplectic Euler method for partitioned systems.
 
-For `y = (q, p)` with `dq/dt = f(t, p)`, `dp/dt = g(t, q)` (a separable Hamiltonian
-`H = T(p) + V(q)` gives `f = dT/dp`, `g = -dV/dq`), one step is
-
-    q1 = q0 + h f(t0, p0),    p1 = p0 + h g(t0, q1):
-
-explicit Euler on `q`, then on `p` with the new `q` (both fields at `t0`, as diffrax's).
-Order 1, and symplectic: it is the exact flow of a modified Hamiltonian `H + O(h)`, so
-on a Hamiltonian system the energy error stays bounded, `O(h)`, over exponentially
-long times instead of drifting as explicit Euler's grows.
-
-The solver takes the two terms as a tuple, `diffeqsolve((ODETerm(f), ODETerm(g)),
-SemiImplicitEuler(), t0, t1, dt0, (q0, p0))` (its `term_structure`); the pipeline
-holds them as one `PartitionedTerm` whose `vf` is the whole field `(f(t, p), g(t, q))`
-for everything else (the step-size heuristics, the continuous adjoints' backward ODE
-with their own `solver=`, `Solution.derivative`), and the step reads the two terms
-through `term.parts()`, which also sees through time reversal.
-
-No error estimate (as diffrax): constant steps, or `HalfSolver(SemiImplicitEuler())`
-for an adaptive one (which is no longer symplectic: variable steps break it).
+For `y = (q, p)` with `dq/dt = f(t, p)`, `dp/dt = g(t, q)`, a step is explicit Euler on
+`q`, then on `p` with the new `q`: order 1 and symplectic, so on a Hamiltonian system
+the energy error stays bounded. It takes the two terms as a tuple (its
+`term_structure`) and makes no error estimate (`docs/solver-internals.md`, "The symplectic Euler
+method").
 
 References:
     E. Hairer, C. Lubich & G. Wanner, *Geometric Numerical Integration*, 2nd ed.,
@@ -31,9 +17,8 @@ from typing import ClassVar, final
 import jax
 import jax.numpy as jnp
 
+from odeckpt._solvers.base import AbstractSolver, StepOutput
 from odeckpt._terms import AbstractTerm
-
-from .base import AbstractSolver, StepOutput
 
 
 @final

@@ -7,10 +7,11 @@ effective tolerances of the stage iterations) and diffrax's
 `Solver(root_finder=VeryChord(rtol, atol), root_find_max_steps=10)`.
 """
 
-from . import linalg as la
-from .base import AbstractImplicitSolver
+from odeckpt._solvers.base import AbstractImplicitSolver
+from odeckpt._solvers.linear import dense as la
+from odeckpt._solvers.runge_kutta.base import AbstractRungeKutta
+
 from .newton import NewtonOptions
-from .runge_kutta import AbstractRungeKutta
 from .verychord import AbstractRootFinder, VeryChord
 
 # The effective Newton tolerances when only one of `rtol`, `atol` is given.

@@ -1,30 +1,12 @@
-"""The implicit stage solve of ESDIRK methods: simplified Newton, differentiated implicitly.
+"""The implicit stage solve of the ESDIRK, IMEX and implicit Euler methods: simplified
+Newton, differentiated implicitly.
 
-A stage solves `k = f(t, base + hg k)` for its slope `k`. The forward pass runs a
-simplified (chord) Newton iteration with the factorised matrix `I - hg J` of the
-step's Jacobian; when the iteration diverges or stalls, the Jacobian is refreshed at
-the stage's starting point and the iteration restarted once. Convergence is judged
-as in Hairer & Wanner (IV.8): with the contraction rate `theta_k = |dz_k| /
-|dz_(k-1)|`, the iteration stops once `eta_k |dz_k| <= 1` where `eta_k = theta_k /
-(1 - theta_k)` bounds the remaining error, `|.|` is the RMS norm scaled by `atol +
-rtol |z|`, and `eta_0` comes from the previous stage of the same step; or once an
-increment is below a tenth of the tolerance. It fails when `theta_k >= 1` or after
-`max_iters` iterations. `rtol` and `atol` are raised to `100 eps` (relative to the
-state's RMS for `atol`), so that float32 states can meet them.
-
-Derivatives (`jax.grad` and `jax.jvp`) do not go through the iterations: a custom
-JVP applies the implicit function theorem at the converged slope. It linearises the
-stage residual `k - f(t, base + hg k)` once at the solution, in all its inputs (the
-slope, the stage's time, base and `hg`, and the arrays the field closes over), and
-the derivative of the stage is one dense solve with `I - hg df/dy(t, z)` (the exact
-Jacobian at the solution, formed row by row from `n` products of that linearisation's
-transpose), its transpose in reverse mode: one evaluation of `f` per stage
-(`lax.custom_root` linearises twice: once in the parameters, once in the slope). The
-rows come from the transpose because there the other inputs' cotangents, unused,
-compile away, while the linearisation itself would multiply their zero tangents for
-every column (a product with zero is not simplified away in floating point): that
-cost an IMEX gradient 1.8-2x its time. The derivative is that of the exact stage
-solution; it differs from that of the computed one by the Newton tolerance.
+A stage solves `k = f(t, base + hg k)` for its slope `k` by a chord iteration with the
+step's factorised `I - hg J`, refreshing `J` and restarting once when it diverges or
+stalls, and stops by Hairer & Wanner's rule (IV.8). Derivatives do not go through the
+iterations: a custom JVP applies the implicit function theorem at the converged slope.
+`docs/solver-internals.md` ("The stage iteration") gives the stopping rule and the derivative's
+cost.
 
 References:
     E. Hairer & G. Wanner, *Solving Ordinary Differential Equations II*, IV.8
@@ -37,8 +19,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from odeckpt._core import zero_tangent
-
-from . import linalg as la
+from odeckpt._solvers.linear import dense as la
 
 
 class NewtonOptions(eqx.Module):

@@ -1,28 +1,10 @@
 """`ImplicitEuler`: the backward Euler method, with diffrax's error estimate.
 
-One step solves `k1 = f(t1, y0 + h k1)` and returns `y1 = y0 + h k1`: order 1, A- and
-L-stable (its stability function `1 / (1 - z)` vanishes as `z -> -inf`), so it damps
-stiff components however large the step. The stage equation is solved by the
-simplified Newton iteration of the ESDIRKs (`newton.py`): the Jacobian at `(t0, y0)`
-is formed and factorised afresh each step, nothing is carried between steps, so a step
-replayed from a checkpoint repeats the forward one bit for bit; derivatives go through
-the implicit function theorem at the converged stage.
-
-**Error estimate** (as diffrax's): the difference between implicit Euler and the
-trapezoidal rule `y0 + h (k0 + k1) / 2`, with `k0 = f(t0, y0)`, i.e. `h (k1 - k0) / 2`.
-The trapezoidal rule is of order 2, so the estimate is of the local error of the
-order-1 method, `O(h^2)`: `error_order` is 2 and `PIDController` drives the step size.
-On stiff components `k0` is large where the solution moves fast, so the estimate is
-conservative there, as in diffrax.
-
-**Dense output**: linear interpolation between `y0` and `y1` (as diffrax's
-`LocalLinearInterpolation`). It is of the method's order, and stays between the two
-end values, so it never overshoots on a stiff decay; cubic Hermite with the slope
-`k0` would (it grows like `theta h lambda` there).
-
-**Failure**: a stage that does not converge (after one Jacobian refresh) gives
-`y_error = inf` and a NaN `y1`: an adaptive controller rejects the step and shrinks it;
-with constant steps the solve ends with `RESULTS.implicit_solve_failed`.
+One step solves `k1 = f(t1, y0 + h k1)` by the ESDIRKs' simplified Newton iteration
+(`root_finder/newton.py`) and returns `y1 = y0 + h k1`: order 1, A- and L-stable. The
+error estimate is the difference to the trapezoidal rule (`error_order` 2), the dense
+output linear; `docs/solver-internals.md` ("Implicit Euler") says why, and how a failed step
+ends.
 
 References:
     E. Hairer & G. Wanner, *Solving Ordinary Differential Equations II*, IV.3
@@ -34,11 +16,10 @@ from typing import final
 import jax.numpy as jnp
 
 from odeckpt._core import RESULTS
-
-from . import linalg as la
-from .base import AbstractAdaptiveSolver, StepOutput
-from .newton import Stage, solve_stage
-from .newton_settings import AbstractNewtonSolver, step_factorisation
+from odeckpt._solvers.base import AbstractAdaptiveSolver, StepOutput
+from odeckpt._solvers.linear import dense as la
+from odeckpt._solvers.root_finder.newton import Stage, solve_stage
+from odeckpt._solvers.root_finder.newton_solver import AbstractNewtonSolver, step_factorisation
 
 
 @final

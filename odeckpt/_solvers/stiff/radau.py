@@ -1,56 +1,13 @@
 """`RadauIIA5`: the 3-stage Radau IIA method (order 5, stage order 3, L-stable,
 stiffly accurate), as in Hairer & Wanner's RADAU5.
 
-**The stage system.** A step solves for the stage increments `z_i = Y_i - y0`,
-`i = 1..3`, the `3n` equations `z = h (A (x) I) F(z)`, `F_i = f(t0 + c_i h, y0 +
-z_i)`, and returns `y1 = y0 + z_3`. Simplified Newton iterates `(I - h A (x) J) dz =
--z + h (A (x) I) F(z)` with `J = df/dy(t0, y0)`, formed afresh at the start of every
-step (`n` forward-mode products) and not carried to the next. **Starting values**
-are RADAU5's: the previous accepted step's collocation polynomial, extrapolated to the
-new stage times (`z_i = u(1 + c_i h / h_old) - u(1)`, `u` the polynomial of the
-increments over the old step), and `z = 0` on the first step. The solver state carries
-that polynomial and its step size (`3n + 1` numbers), so checkpoints store it
-(`state_rebuildable` is false) and a step replayed from a checkpoint repeats the
-forward pass bit for bit; the starting values change how many iterations a step takes,
-not its solution (up to the Newton tolerance) nor its derivatives (implicit function
-theorem below). On Van der Pol (mu = 1000) with tight Newton tolerances they halve the
-Newton failures that reject steps (`benchmarks/RESULTS.md`, section "radau"). The
-stopping rule is the ESDIRKs' (`newton.verdict`): a
-diverging or stalling iteration, or one past `max_iters`, fails the step: it returns
-`y_error = inf` (an adaptive controller rejects it and shrinks `h`, which makes Newton
-converge) and, with constant steps, ends the solve with
-`RESULTS.implicit_solve_failed`.
-
-**The linear systems: two ways, chosen by size.** The eigen-decomposition of `A^-1`
-(`radau_tableau.py`) transforms `I - h A (x) J` into one real system with `I - h
-gamma0 J` and one complex one with `(alpha + i beta) I - h J`, both `n x n`
-(Hairer & Wanner IV.8): `(1 + 4) n^3 / 3` flops per factorisation instead of `9 n^3`,
-and the real factorisation also filters the error estimate. For `3n <= PLAIN_UNKNOWNS`
-(6: `n <= 2`) the `3n x 3n` matrix is factorised whole instead (with the filter
-beside it), one product per iteration with no transformation. Measured on a loaded
-2-core CPU: per step of a solve (1-D heat equation with a cubic reaction, constant
-steps), whole / split time 0.94 at `n = 2`, 2.2-2.7 at `n = 3..5`, 7.5 at `n = 24`;
-for the linear algebra alone (`benchmarks/bench_radau.py`, load average 13, noisy)
-0.87-0.89 at `n = 2`, 0.65-5.8 at `n = 3..16`, 1.4-1.5 at `n = 24`. Whole wins
-only at `n <= 2`.
-
-**Error estimate** (IV.8, (8.19)-(8.20)): `err = (I - h gamma0 J)^-1 (gamma0 h
-f(t0, y0) + sum_i e_i z_i)`, the difference to an embedded method of order 3 filtered
-so that it stays bounded on stiff components. RADAU5 filters a second time,
-`(I - h gamma0 J)^-1 (gamma0 h f(t0, y0 + err) + sum_i e_i z_i)`, on the first step
-and after a rejection, where the first estimate overrates stiff transients. A step
-here cannot know either (it must not depend on the history), so the second filtering
-is applied on every step: one more evaluation of `f` and one more solve. The estimate
-is `O(h^4)`, so `error_order` is 4 (`PIDController` takes the `1/4` power, as
-RADAU5's `err^(1/4)`).
-
-**Dense output**: the collocation polynomial, degree 3 through `(t0, y0)` and the
-three stages (`y1` at the end), of order 3 inside the step.
-
-**Derivatives** by the implicit function theorem on the stage system
-(`lax.custom_root`), not through the iterations: one dense `3n x 3n` solve with the
-exact Jacobian at the converged stages; forward mode (`jax.jvp`, `ForwardMode`) and
-reverse mode both work.
+A step solves the three stages together by simplified Newton, from the previous step's
+collocation polynomial (which the state carries, so checkpoints store it), with the
+Newton matrix either transformed into one real and one complex `n x n` system or, for
+`3n <= PLAIN_UNKNOWNS`, factorised whole. The error estimate is RADAU5's, filtered
+twice; the dense output is the collocation polynomial; derivatives come from the
+implicit function theorem. `docs/solver-internals.md` ("Radau IIA") gives the details and the
+measurements behind the choices.
 
 References:
     E. Hairer & G. Wanner, *Solving Ordinary Differential Equations II*, 2nd ed.,
@@ -65,12 +22,17 @@ import jax.numpy as jnp
 from jax import lax
 
 from odeckpt._core import RESULTS
+from odeckpt._solvers.base import AbstractAdaptiveSolver, StepOutput
+from odeckpt._solvers.linear import dense as la
+from odeckpt._solvers.root_finder.newton import (
+    NewtonOptions,
+    dense_tangent_solve,
+    iterating,
+    verdict,
+)
+from odeckpt._solvers.root_finder.newton_solver import AbstractNewtonSolver
 
-from . import linalg as la
-from .base import AbstractAdaptiveSolver, StepOutput
-from .newton import NewtonOptions, dense_tangent_solve, iterating, verdict
-from .newton_settings import AbstractNewtonSolver
-from .radau_tableau import RADAU_IIA5, RadauTableau
+from .radau_tableaux import RADAU_IIA5, RadauTableau
 
 PLAIN_UNKNOWNS = 6
 """Up to this many unknowns `3n`, the stage system is solved whole (see above)."""

@@ -5,7 +5,7 @@ from typing import Any, final
 
 import equinox as eqx
 
-from .linalg import rms
+from odeckpt._solvers.linear.dense import rms
 
 
 class AbstractRootFinder(eqx.Module):

@@ -16,8 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from odeckpt._core import materialize, zero_tangent
-
-from .base import AbstractSolver, AbstractWrappedSolver, StepOutput
+from odeckpt._solvers.base import AbstractSolver, AbstractWrappedSolver, StepOutput
 
 
 def _known(inputs, output, pullback):

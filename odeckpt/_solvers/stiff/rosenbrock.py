@@ -1,18 +1,9 @@
 """Rosenbrock (linearly implicit) solvers for stiff problems: `Ros3P`, `Rodas5P`.
 
-A Rosenbrock step builds `W = I / (h gamma) - J` from the exact Jacobian `J =
-df/dy(t0, y0)`, factorises it once, and solves one linear system per stage: no Newton
-iteration, so no convergence test and no failure mode beyond a singular `W`, and the
-cost per step is fixed (one Jacobian, one factorisation, `s` evaluations of `f`, `s`
-solves; see `linalg.py`). The price: the method's order relies on `J` being
-exact (a wrong Jacobian silently lowers it), and on non-autonomous problems the step
-needs `df/dt` too.
-
-Reverse mode (`CheckpointAdjoint`) differentiates the step as it is computed: through
-the Jacobian (second derivatives of `f`: reverse mode over the forward-mode Jacobian)
-and through `W` in the linear solves (the implicit rule, reusing the step's
-factorisation); `ForwardMode` works likewise. Both give the exact derivative of the
-numerical solution.
+A step factorises `W = I / (h gamma) - J`, with the exact Jacobian `J = df/dy(t0, y0)`,
+once and solves one linear system per stage: no Newton iteration, a fixed cost per step,
+and an order that relies on `J` being exact. Both autodiff modes differentiate the step
+as computed (`docs/solver-internals.md`, "Rosenbrock methods").
 
 References:
     E. Hairer & G. Wanner, *Solving Ordinary Differential Equations II*, IV.7.
@@ -29,9 +20,11 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from . import linalg as la, stiff_tableaux as tab
-from .base import AbstractAdaptiveSolver, StepOutput
-from .dense import hermite_coeffs
+from odeckpt._solvers.base import AbstractAdaptiveSolver, StepOutput
+from odeckpt._solvers.dense import hermite_coeffs
+from odeckpt._solvers.linear import dense as la
+
+from . import rosenbrock_tableaux as tab
 
 _JAC_MISMATCH = (
     "The Jacobian given to the solver's `jac=...` disagrees with the derivative of "

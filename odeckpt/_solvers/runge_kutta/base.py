@@ -21,17 +21,17 @@ if TYPE_CHECKING:  # a class variable each subclass sets (as diffrax declares it
     from typing import ClassVar as AbstractClassVar
 else:
     from equinox import AbstractClassVar
-from odeckpt._terms import AbstractTerm
-
-from .base import (
+from odeckpt._solvers.base import (
     AbstractAdaptiveSolver,
     AbstractImplicitSolver,
     AbstractSolver,
     StepOutput,
     combine_stages,
 )
-from .dense import hermite_coeffs
-from .imex_multi import MultiButcherTableau, multi_init, multi_step
+from odeckpt._solvers.dense import hermite_coeffs
+from odeckpt._terms import AbstractTerm
+
+from .multi_tableau import MultiButcherTableau, multi_init, multi_step
 from .tableau import ButcherTableau
 
 
@@ -99,7 +99,7 @@ class AbstractRungeKutta(AbstractAdaptiveSolver):
     explicit ones (`AbstractERK`) and the diagonally implicit ones (`AbstractDIRK`).
 
     A direct subclass is a method the diffrax way, with a `MultiButcherTableau` (one
-    explicit tableau per term of a `MultiTerm`; see `imex_multi`) or a `ButcherTableau`
+    explicit tableau per term of a `MultiTerm`; see `multi_tableau`) or a `ButcherTableau`
     (a `MultiButcherTableau` of one), `calculate_jacobian` and `order(terms)`:
 
     ```python
@@ -125,7 +125,7 @@ class AbstractRungeKutta(AbstractAdaptiveSolver):
         return stages - 1 if self.tableau.fsal else stages  # pyright: ignore[reportAttributeAccessIssue]
 
     def init_state(self, term: AbstractTerm, t0, y0: Y, args: Args) -> PyTree:
-        """Each term's slope at `(t0, y0)` (see `imex_multi.multi_init`)."""
+        """Each term's slope at `(t0, y0)` (see `multi_tableau.multi_init`)."""
         return multi_init(self._multi(), term, t0, y0, args)
 
     def attempt(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:

@@ -14,15 +14,15 @@ import jax
 import jax.numpy as jnp
 
 from odeckpt._core import RESULTS
-
-from .base import (
+from odeckpt._solvers.base import (
     AbstractAdaptiveSolver,
     AbstractReversibleSolver,
     AbstractWrappedSolver,
     StepOutput,
 )
+from odeckpt._solvers.runge_kutta.base import AbstractERK
+
 from .linearised import LinearisedStep
-from .runge_kutta import AbstractERK
 
 
 class CoupledState(eqx.Module):

@@ -1,28 +1,11 @@
 """IMEX additive Runge–Kutta solvers: `KenCarp3`, `KenCarp4`, `KenCarp5`, `Sil3`.
 
-They solve `y' = f_E(t, y) + f_I(t, y)` given as `MultiTerm(ODETerm(f_E),
-ODETerm(f_I))`: the first term (non-stiff: reaction, advection) explicitly, the second
-(stiff: diffusion, fast relaxation) implicitly, with the stages of both parts sharing
-their values (`imex_tableaux.ImexTableau`). Stage `i` solves one equation for the
-implicit slope, `kI_i = f_I(t_i, base_i + h gamma_i kI_i)`, by simplified Newton
-(`newton.py`), then evaluates `kE_i = f_E(t_i, Z_i)` at the stage's value.
-
-**The Jacobian** is that of the implicit term only, `J = df_I/dy(t0, y0)`, formed
-afresh at the start of every step (`n` batched forward-mode products) and factorised
-once per distinct diagonal entry (KenCarp: one `gamma`; Sil3: three). Newton matrices
-`I - h gamma J` are dense (`linalg.py`): fine up to a few hundred unknowns. The term's
-linearity is not assumed: for a linear implicit term (method-of-lines diffusion) `J`
-is exact and each stage converges in one or two iterations, and the `n` products cost
-about what `n` evaluations of the term do. As in the ESDIRKs (`esdirk.py`), nothing is
-carried between steps, so a step replayed from a checkpoint repeats the forward pass
-bit for bit; a stage that does not converge refreshes `J` at its own point and
-restarts once; a step that still fails returns `y_error = inf` and a NaN `y1`, so an
-adaptive controller shrinks the step. Stages are differentiated by the implicit
-function theorem (`newton.solve_stage`), not through the iterations.
-
-**Dense output**: the KenCarp methods' own continuous extensions (Kennedy & Carpenter's
-`b*_ij`: second order for KenCarp3, third for KenCarp4 and KenCarp5), as diffrax's;
-cubic Hermite for Sil3, whose last stage ends the step.
+They solve `y' = f_E(t, y) + f_I(t, y)`, given as `MultiTerm(ODETerm(f_E),
+ODETerm(f_I))`, with the first term explicit and the second implicit, the stages of
+both parts sharing their values (`ark_tableaux.ImexTableau`). Each implicit slope is
+solved by simplified Newton (`root_finder/newton.py`) with the Jacobian of the implicit
+term alone, formed afresh every step; nothing is carried between steps
+(`docs/solver-internals.md`, "IMEX additive methods").
 
 References:
     C. A. Kennedy & M. H. Carpenter (2003), "Additive Runge–Kutta schemes for
@@ -39,15 +22,16 @@ import jax
 import jax.numpy as jnp
 
 from odeckpt._core import RESULTS
+from odeckpt._solvers.base import StepOutput
+from odeckpt._solvers.dense import hermite_coeffs
+from odeckpt._solvers.linear import dense as la
+from odeckpt._solvers.root_finder.newton import NewtonOptions, Stage, solve_stage
+from odeckpt._solvers.root_finder.newton_solver import AbstractNewtonRK
+from odeckpt._solvers.runge_kutta.base import CalculateJacobian
+from odeckpt._solvers.runge_kutta.multi_tableau import broadcast_parts
 from odeckpt._terms import AbstractTerm, MultiTerm
 
-from . import imex_tableaux as tab, linalg as la
-from .base import StepOutput
-from .dense import hermite_coeffs
-from .imex_multi import broadcast_parts
-from .newton import NewtonOptions, Stage, solve_stage
-from .newton_settings import AbstractNewtonRK
-from .runge_kutta import CalculateJacobian
+from . import ark_tableaux as tab
 
 if TYPE_CHECKING:  # a class variable each subclass sets (as diffrax declares it)
     from typing import ClassVar as AbstractClassVar

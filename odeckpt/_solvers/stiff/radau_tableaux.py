@@ -1,23 +1,9 @@
 """Coefficients of `RadauIIA5`: the 3-stage Radau IIA collocation method.
 
-The nodes `c` are the zeros of the Radau right polynomial (`c_3 = 1`); `A` is the
-collocation matrix, `a_ij = int_0^{c_i} l_j`, with `l_j` the Lagrange polynomials on
-`c` (Hairer & Wanner II, IV.5, Table 5.6); the weights are the last row of `A`
-(stiffly accurate). Everything the solver uses is derived here from `c` and `A` and
-checked when the module is imported:
-
-- the B-series order conditions up to order 5 (`order_conditions.py`), and the
-  simplifying assumptions `B(5)`, `C(3)` (stage order 3);
-- the transformation `T` with `T^-1 A^-1 T = [[lam, 0, 0], [0, alpha, -beta],
-  [0, beta, alpha]]` that splits the Newton system into one real and one complex
-  `n x n` system (IV.8, (8.16)-(8.17));
-- the error estimator (IV.8, (8.19)-(8.20)): `gamma0 = 1 / lam`, the real eigenvalue
-  of `A`, and `e = gamma0 (d_1, d_2, d_3)` with RADAU5's `d = (-(13 + 7 sqrt 6) / 3,
-  (-13 + 7 sqrt 6) / 3, -1 / 3)`, so that `gamma0 h f(x0, y0) + sum_i e_i z_i` is
-  `y_hat - y1` for an embedded method of order 3 (checked as the 4-stage method with
-  the explicit first stage `f(x0, y0)` and weight `gamma0`);
-- the collocation polynomial `u(theta) = y0 + sum_j theta^j D_j z`, of degree 3
-  through `(0, y0)` and `(c_i, y0 + z_i)` (dense output, order 3 = stage order).
+Everything the solver uses (the collocation matrix, the transformation that splits the
+Newton system, the error estimator, the dense-output polynomial) is derived here from
+the nodes and checked when the module is imported (`docs/solver-internals.md`, "Radau IIA's
+coefficients").
 
 References:
     E. Hairer & G. Wanner, *Solving Ordinary Differential Equations II*, 2nd ed.,
@@ -33,7 +19,7 @@ import math
 
 import numpy as np
 
-from .order_conditions import order_defects, tree_order
+from odeckpt._solvers.runge_kutta.order_conditions import order_defects, tree_order
 
 _TOL = 1e-12  # the coefficients below pass with a margin of at least 100
 _SQ6 = math.sqrt(6.0)

@@ -1,31 +1,11 @@
 """ESDIRK solvers for stiff problems: `Kvaerno3`, `Kvaerno4`, `Kvaerno5`.
 
-An ESDIRK step has an explicit first stage `k_1 = f(t0, y0)` and then one implicit
-equation per stage, `k_i = f(t0 + c_i h, y0 + h sum_{j<i} a_ij k_j + h gamma k_i)`,
-all with the same `gamma`, so one LU factorisation of `I - h gamma J` serves every
-stage. Each stage is solved by simplified Newton (`newton.py`).
-
-**The Jacobian.** `J = df/dy(t0, y0)` is computed afresh at the start of every step
-(`n` forward-mode products) and reused across the step's stages while the
-iterations converge; a stage whose iteration diverges or stalls refreshes it at its
-own point and restarts, and later stages keep the refreshed one. It is *not*
-carried from one step to the next: a step is then a function of `(t, y, args)`
-alone, so a step replayed from a checkpoint (where the solver state is rebuilt by
-`init_state(t, y)`) repeats the forward pass bit for bit, and `CheckpointAdjoint` gives
-the same gradient whatever it stores. Carrying `J` across steps would save the `n`
-products per step but make each step depend on the history of Jacobian refreshes,
-which a restored checkpoint cannot reproduce.
-
-**Failure.** If a stage does not converge even after the refresh, the step returns
-`y_error = inf` and a NaN `y1`: an adaptive controller rejects the step and shrinks
-`dt` (Newton always converges for small enough `dt`); the controller's `dtmin` and
-`max_steps` bound how far. With `ConstantStepSize` the failed step ends the solve with
-`RESULTS.implicit_solve_failed`.
-
-**Derivatives.** Each stage is differentiated by the implicit function theorem
-(`newton.solve_stage`'s custom JVP), not through the Newton iterations: reverse mode
-costs one linearisation of the field (one evaluation) and one dense solve with
-`I - h gamma df/dy` at the converged stage per stage.
+A step has an explicit first stage and one implicit equation per later stage, all with
+the same diagonal `gamma`, solved by simplified Newton (`root_finder/newton.py`) with
+one factorisation of `I - h gamma J`. The Jacobian is formed afresh every step and not
+carried, so a replayed step repeats the forward one bit for bit; a failed step returns
+`y_error = inf`; stages are differentiated by the implicit function theorem
+(`docs/solver-internals.md`, "ESDIRK methods").
 
 References:
     A. Kværnø (2004), "Singly diagonally implicit Runge–Kutta methods with an
@@ -39,13 +19,14 @@ import jax
 import jax.numpy as jnp
 
 from odeckpt._core import RESULTS
+from odeckpt._solvers.base import StepOutput
+from odeckpt._solvers.dense import hermite_coeffs
+from odeckpt._solvers.linear import dense as la
+from odeckpt._solvers.root_finder.newton import Stage, solve_stage
+from odeckpt._solvers.root_finder.newton_solver import AbstractNewtonRK, step_factorisation
+from odeckpt._solvers.runge_kutta.base import AbstractDIRK, CalculateJacobian
 
-from . import esdirk_tableaux, linalg as la, stiff_tableaux as tab
-from .base import StepOutput
-from .dense import hermite_coeffs
-from .newton import Stage, solve_stage
-from .newton_settings import AbstractNewtonRK, step_factorisation
-from .runge_kutta import AbstractDIRK, CalculateJacobian
+from . import esdirk_tableaux as tab
 
 if TYPE_CHECKING:  # a class variable each subclass sets (as diffrax declares it)
     from typing import ClassVar as AbstractClassVar
@@ -164,7 +145,7 @@ class Kvaerno4(AbstractESDIRK):
         explicit first stage", BIT 44(3), 489–502.
     """
 
-    tableau = esdirk_tableaux.KVAERNO4
+    tableau = tab.KVAERNO4
 
 
 @final

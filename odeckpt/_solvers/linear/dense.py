@@ -1,21 +1,11 @@
 """Dense linear algebra for the implicit solvers, on the flattened state.
 
-A PyTree state is flattened into one real vector with `jax.flatten_util.ravel_pytree`
-(its leaves promoted to one dtype; complex leaves as their real view `[Re, Im]`, see
-`real_view`), so Jacobians are plain real `(n, n)` matrices, factorised once (LU with
-partial pivoting) for every right-hand side of a step.
-
-Small systems (`n <= SMALL`) are solved with the inverse formed from that pivoted LU,
-applied as a matrix-vector product. At those sizes the arithmetic is negligible and
-each LAPACK call (factorisation, triangular solve) costs microseconds on CPU, so this
-halves the reverse pass of a Rosenbrock step (for n = 2, 0.55 ms against 0.97 ms for
-20 steps); accuracy on Robertson, where cond(W) reaches about 1e10, and on Van der
-Pol (mu = 1000) matched triangular solves to 1e-4 of the tolerance down to rtol =
-1e-10. Larger systems use triangular solves with the LU factors.
-
-Trade-off: dense matrices cost `n^2` memory and `n^3 / 3` flops per factorisation, so
-these solvers suit systems up to a few hundred unknowns; larger or sparse systems
-want a Krylov method, which this module does not provide.
+A PyTree state is flattened into one real vector (complex leaves as their real view), so
+Jacobians are plain real `(n, n)` matrices, factorised once (LU with partial pivoting)
+for every right-hand side of a step; small systems use the inverse formed from that LU.
+Dense matrices suit systems up to a few hundred unknowns (`docs/solver-internals.md`, "Dense
+linear algebra", gives the measurements); larger or sparse ones want a Krylov method,
+which belongs beside this module in `linear/`.
 """
 
 import functools as ft

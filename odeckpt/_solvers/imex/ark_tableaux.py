@@ -25,10 +25,14 @@ import dataclasses
 
 import numpy as np
 
-from .order_conditions import additive_defects, lower_matrix
-from .stiff_tableaux import _RTOL, _THETAS, _check_close  # the stiff tableaux' tolerances
-
-Rows = tuple[tuple[float, ...], ...]
+from odeckpt._solvers.runge_kutta.order_conditions import (
+    TABLE_RTOL,
+    THETAS,
+    Rows,
+    additive_defects,
+    check_close,
+    lower_matrix,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +79,7 @@ class ImexTableau:
             ("explicit", self.explicit_matrix),
             ("implicit", self.implicit_matrix),
         ):
-            _check_close(self.name, f"c != row sums of the {what} tableau", self.c, matrix.sum(1))
+            check_close(self.name, f"c != row sums of the {what} tableau", self.c, matrix.sum(1))
         alphas = (self.explicit_matrix, self.implicit_matrix)
         _check_additive(
             self.name, "the solution", alphas, (self.b_explicit, self.b_implicit), self.order
@@ -90,12 +94,12 @@ class ImexTableau:
         if self.dense is None:
             ends = (self.explicit_matrix[-1], self.implicit_matrix[-1])
             what = "Hermite dense output needs the last stage to end the step"
-            _check_close(self.name, what, np.concatenate(ends), self.b_explicit + self.b_implicit)
+            check_close(self.name, what, np.concatenate(ends), self.b_explicit + self.b_implicit)
             return
-        _check_close(self.name, "dense output needs b_E == b_I", self.b_explicit, self.b_implicit)
-        _check_close(self.name, "dense output at theta = 1 must be y1",
+        check_close(self.name, "dense output needs b_E == b_I", self.b_explicit, self.b_implicit)
+        check_close(self.name, "dense output at theta = 1 must be y1",
                      [sum(row) for row in self.dense], self.b_explicit)  # fmt: skip
-        for theta in _THETAS:
+        for theta in THETAS:
             weights = self.dense_weights(theta)
             _check_additive(self.name, "the dense output", alphas, (weights, weights),
                    self.dense_order or 1, theta)  # fmt: skip
@@ -148,7 +152,7 @@ class ImexTableau:
 
 def _check_additive(name: str, what: str, alphas, weights, order: int, theta: float = 1.0) -> None:
     for tree, defect, scale in additive_defects(alphas, weights, order, theta):
-        if abs(defect) > _RTOL * max(1.0, scale):
+        if abs(defect) > TABLE_RTOL * max(1.0, scale):
             raise ValueError(
                 f"{name}: {what} violates the additive order condition for coloured tree "
                 f"{tree} (theta={theta}): defect {defect:.3e}."

@@ -10,13 +10,13 @@ from typing import final
 
 import jax
 
-from .base import (
+from odeckpt._solvers.base import (
     AbstractAdaptiveSolver,
     AbstractReversibleSolver,
     AbstractStratonovichSolver,
     StepOutput,
 )
-from .dense import linear_coeffs
+from odeckpt._solvers.dense import linear_coeffs
 
 
 def _reflected(y, yhat, h, v):

@@ -1,20 +1,14 @@
 """Rooted trees and the B-series order conditions of one-step methods (pure NumPy).
 
 Every tableau here is checked against its order conditions when it is defined: the
-explicit Butcher tableaux (`tableau.py`) and the stiff ones (`stiff_tableaux.py`) use
-the routines below, and nothing else computes trees or elementary weights.
+explicit Butcher tableaux (`tableau.py`), the stiff ones (`stiff/*_tableaux.py`) and
+the IMEX ones (`imex/ark_tableaux.py`) use the routines below (the stiff and IMEX ones
+through `check_order`, `check_close`), and nothing else computes trees or elementary
+weights.
 
-A rooted tree is a nested tuple: the sorted tuple of its subtrees, so the single
-vertex is `()`. One generic recursion covers Runge–Kutta, diagonally implicit and
-Rosenbrock methods: for a stage `k_i = h f(Y_i) + h J sum_j G_ij k_j`,
-`Y_i = y0 + sum_j alpha_ij k_j` (`G = 0` for Runge–Kutta methods; `alpha` with its
-diagonal for DIRK methods), the coefficient of the elementary differential of
-`t = [u_1, ..., u_m]` in `k_i` is
-
-    K_i(t) = prod_l (alpha @ K(u_l))_i  +  [m == 1] (G @ K(u_1))_i,
-
-and the order condition of `t` on weights `b` is `b @ K(t) == theta**|t| / gamma(t)`
-(`theta = 1` at the step's end; `theta` inside the step for a dense output).
+A rooted tree is a nested tuple (the sorted tuple of its subtrees; `()` is one vertex),
+and one recursion gives the elementary weights of Runge–Kutta, diagonally implicit and
+Rosenbrock methods alike (`docs/solver-internals.md`, "Order conditions").
 
 References:
     J. C. Butcher, *Numerical Methods for Ordinary Differential Equations*, 3rd ed.,
@@ -213,3 +207,30 @@ def additive_defects(alphas, weights, order: int, theta: float = 1.0) -> list[De
             defect = float(w @ k) - theta**p / tree_density(_uncoloured(tree))
             out.append((tree, defect, float(np.abs(w) @ np.abs(k))))
     return out
+
+
+# The checks of the stiff and IMEX tableaux. A defect is accepted when |defect| <=
+# TABLE_RTOL * max(1, sum of |terms|); their coefficients pass with a margin of at least 100.
+TABLE_RTOL = 1e-12
+THETAS = (0.25, 0.5, 0.75)  # where continuous order conditions are checked
+
+Rows = tuple[tuple[float, ...], ...]  # coefficient rows, e.g. of a dense output
+
+
+def check_order(name: str, what: str, alpha, gamma, weights, order: int, theta=1.0):
+    """Raise `ValueError` naming the first tree whose condition (`order_defects`) the
+    weights of tableau `name` miss by more than `TABLE_RTOL`."""
+    for tree, defect, scale in order_defects(alpha, gamma, weights, order, theta):
+        if abs(defect) > TABLE_RTOL * max(1.0, scale):
+            raise ValueError(
+                f"{name}: {what} violates the order-{tree_order(tree)} condition for tree "
+                f"{tree} (theta={theta}): defect {defect:.3e}."
+            )
+
+
+def check_close(name: str, what: str, got, want):
+    """Raise `ValueError` unless `got` equals `want` to `TABLE_RTOL` (`what` says which
+    relation of tableau `name` failed)."""
+    got, want = np.asarray(got, dtype=float), np.asarray(want, dtype=float)
+    if not np.allclose(got, want, rtol=TABLE_RTOL, atol=TABLE_RTOL):
+        raise ValueError(f"{name}: {what}: got {got.tolist()}, expected {want.tolist()}.")

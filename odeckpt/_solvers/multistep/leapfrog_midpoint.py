@@ -10,8 +10,8 @@ from typing import final
 
 import jax.numpy as jnp
 
-from .base import AbstractSolver, StepOutput, combine_stages
-from .dense import linear_coeffs
+from odeckpt._solvers.base import AbstractSolver, StepOutput, combine_stages
+from odeckpt._solvers.dense import linear_coeffs
 
 
 @final
