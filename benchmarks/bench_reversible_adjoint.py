@@ -47,16 +47,27 @@ def _memory_rows() -> tuple[list[list[str]], float]:
     for n in MEMORY_STEPS:
 
         def loss(y0, args, n=n):
-            sol = oc.diffeqsolve(ring, oc.Reversible(oc.Tsit5()), 0.0, 1.0, 1.0 / n, y0, args,
-                                 adjoint=oc.ReversibleAdjoint(), max_steps=n)  # fmt: skip
+            sol = oc.diffeqsolve(
+                ring,
+                oc.Reversible(oc.Tsit5()),
+                0.0,
+                1.0,
+                1.0 / n,
+                y0,
+                args,
+                adjoint=oc.ReversibleAdjoint(),
+                max_steps=n,
+            )
             return jnp.sum(sol.ys**2)
 
         compiled = jax.jit(jax.grad(loss, (0, 1))).lower(y0, args).compile()
         temps.append(int(compiled.memory_analysis().temp_size_in_bytes))
         print(f"  reversible_adjoint: memory compiled n={n}", flush=True)
     net = [t - BYTES_PER_STEP * n for t, n in zip(temps, MEMORY_STEPS, strict=True)]
-    rows = [[str(n), bytes_cell(t), bytes_cell(m), f"{m / y0.nbytes:.1f}"]
-            for n, t, m in zip(MEMORY_STEPS, temps, net, strict=True)]  # fmt: skip
+    rows = [
+        [str(n), bytes_cell(t), bytes_cell(m), f"{m / y0.nbytes:.1f}"]
+        for n, t, m in zip(MEMORY_STEPS, temps, net, strict=True)
+    ]
     return rows, net[1] / net[0]
 
 
@@ -81,14 +92,26 @@ def _problems():
     return {
         "heat equation (4096 points)": (lambda d: heat, jnp.asarray(DIFFUSION), y_heat),
         "neural ODE step (MLP 4-32-32-4, batch 64)": (
-            lambda w: _Field(eqx.combine(w, rest)), weights, y_batch),
-    }  # fmt: skip
+            lambda w: _Field(eqx.combine(w, rest)),
+            weights,
+            y_batch,
+        ),
+    }
 
 
 def _odeckpt_grad(field, solver, adjoint, n):
     def loss(params, y0):
-        sol = oc.diffeqsolve(oc.ODETerm(field(params)), solver, 0.0, 1.0, 1.0 / n, y0, params,
-                             adjoint=adjoint, max_steps=n)  # fmt: skip
+        sol = oc.diffeqsolve(
+            oc.ODETerm(field(params)),
+            solver,
+            0.0,
+            1.0,
+            1.0 / n,
+            y0,
+            params,
+            adjoint=adjoint,
+            max_steps=n,
+        )
         return jnp.sum(sol.ys**2)
 
     return jax.jit(jax.grad(loss, (0, 1)))
@@ -96,9 +119,17 @@ def _odeckpt_grad(field, solver, adjoint, n):
 
 def _diffrax_grad(field, n, c):
     def loss(params, y0):
-        sol = dfx.diffeqsolve(dfx.ODETerm(field(params)), dfx.Tsit5(), 0.0, 1.0, 1.0 / n, y0,
-                              params, adjoint=dfx.RecursiveCheckpointAdjoint(checkpoints=c),
-                              max_steps=n)  # fmt: skip
+        sol = dfx.diffeqsolve(
+            dfx.ODETerm(field(params)),
+            dfx.Tsit5(),
+            0.0,
+            1.0,
+            1.0 / n,
+            y0,
+            params,
+            adjoint=dfx.RecursiveCheckpointAdjoint(checkpoints=c),
+            max_steps=n,
+        )
         return jnp.sum(sol.ys**2)
 
     return jax.jit(jax.grad(loss, (0, 1)))
@@ -121,7 +152,9 @@ def _variants(field, n):
             fn = _odeckpt_grad(field, solver, oc.CheckpointAdjoint(checkpoints=c), n)
             out[f"CheckpointAdjoint(checkpoints={c}), {_solver_name(solver)}"] = (fn, per_step)
     out["diffrax RecursiveCheckpointAdjoint(checkpoints=8), Tsit5()"] = (
-        _diffrax_grad(field, n, 8), None)  # fmt: skip
+        _diffrax_grad(field, n, 8),
+        None,
+    )
     return out
 
 
@@ -142,8 +175,17 @@ def _time_rows(steps, budget) -> tuple[list[list[str]], list]:
                 per_step, temp = evals[label]
                 r = paired_ratio(samples[label], base)
                 median = sorted(samples[label])[len(samples[label]) // 2]
-                rows.append([name, str(n), label, "" if per_step is None else f"{per_step:.1f}",
-                             bytes_cell(temp), f"{1e3 * median:.1f} ms", f"{r:.2f}"])  # fmt: skip
+                rows.append(
+                    [
+                        name,
+                        str(n),
+                        label,
+                        "" if per_step is None else f"{per_step:.1f}",
+                        bytes_cell(temp),
+                        f"{1e3 * median:.1f} ms",
+                        f"{r:.2f}",
+                    ]
+                )
                 if per_step is not None:
                     points.append((name, n, label.split("), ", 1)[1], per_step, r))
     return rows, points
@@ -167,11 +209,20 @@ def _damped_rows(dampings, couplings) -> list[list[str]]:
 
 def _damped_cell(y0, d, exact, coupling) -> str:
     def loss(y0, d):
-        field = lambda t, y, d: jnp.stack([y[1], -y[0] - d * y[1]])  # noqa: E731
+        field = lambda t, y, d: jnp.stack([y[1], -y[0] - d * y[1]])
         pid = oc.PIDController(rtol=1e-10, atol=1e-12)
-        sol = oc.diffeqsolve(field, oc.Reversible(oc.Tsit5(), coupling=coupling), 0.0, 2.0,
-                             0.01, y0, d, adjoint=oc.ReversibleAdjoint(), max_steps=4096,
-                             stepsize_controller=pid)  # fmt: skip
+        sol = oc.diffeqsolve(
+            field,
+            oc.Reversible(oc.Tsit5(), coupling=coupling),
+            0.0,
+            2.0,
+            0.01,
+            y0,
+            d,
+            adjoint=oc.ReversibleAdjoint(),
+            max_steps=4096,
+            stepsize_controller=pid,
+        )
         return jnp.sum(sol.ys), sol.stats["num_steps"]
 
     try:
@@ -229,7 +280,7 @@ def run(quick: bool) -> Section:
                 f"Reversible(Tsit5()): n = 100000 over n = 1000 after subtracting "
                 f"{BYTES_PER_STEP} B/step: {growth:.3f}x (target <= 1.1x)."
             ),
-        ),  # fmt: skip
+        ),
         extra_tables=[
             Table(
                 [
@@ -243,7 +294,7 @@ def run(quick: bool) -> Section:
                 ],
                 time_rows,
                 caption="Gradient time at (about) equal memory; same run, interleaved.",
-            ),  # fmt: skip
+            ),
             Table(
                 ["damping", *(f"coupling {c}" for c in couplings)],
                 damped,
@@ -251,7 +302,7 @@ def run(quick: bool) -> Section:
                     "Damped oscillator, gradient of sum(y(2)) against the closed form "
                     "(relative error, steps taken), or refused (`throw=True`)."
                 ),
-            ),  # fmt: skip
+            ),
         ],
         plots=_plot(points),
         notes=[

@@ -42,15 +42,29 @@ def _row(label: str, outcomes: list, tol: float, right=None) -> list[str]:
     returned = ~stopped & ~refused
     worst = f"{np.max(error[returned]):.1e}" if returned.any() else ""
     wrong = int(np.sum(returned & ~(error <= tol)))
-    row = [label, str(stopped.size), str(int(stopped.sum())), str(int(refused.sum())),
-           str(int(returned.sum())), worst, str(wrong)]  # fmt: skip
+    row = [
+        label,
+        str(stopped.size),
+        str(int(stopped.sum())),
+        str(int(refused.sum())),
+        str(int(returned.sum())),
+        worst,
+        str(wrong),
+    ]
     if right is not None:
         row.append(str(int(np.sum(refused & right))))
     return row
 
 
-COLUMNS = ["problems", "cases", "forward stopped", "gradient refused", "returned",
-           "largest error returned", "returned beyond tolerance"]  # fmt: skip
+COLUMNS = [
+    "problems",
+    "cases",
+    "forward stopped",
+    "gradient refused",
+    "returned",
+    "largest error returned",
+    "returned beyond tolerance",
+]
 
 
 def _table(results: dict, tol: float, right: dict | None = None) -> list[list[str]]:
@@ -88,8 +102,11 @@ def run(quick: bool) -> Section:
     for coupling in (0.5, 0.9, 0.99) if quick else (0.5, 0.9, 0.99, 0.999):
         results = _outcomes(1 if quick else 2, jnp.float64, coupling=coupling)
         coupling_rows.append([f"{coupling}", *_row("", list(results.values()), tol)[1:]])
-    coupling_table = Table(["coupling", *COLUMNS[1:]], coupling_rows,
-                           caption="The coupling, float64, over the whole family.")  # fmt: skip
+    coupling_table = Table(
+        ["coupling", *COLUMNS[1:]],
+        coupling_rows,
+        caption="The coupling, float64, over the whole family.",
+    )
     return Section(
         title="Reversible solvers: never a silently wrong solution or gradient",
         table=tables[0],

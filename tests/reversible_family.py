@@ -71,18 +71,38 @@ class Kind:
 
 
 KINDS = (
-    Kind("damped linear", _linear,
-         lambda key, n: (jr.normal(key, (n, 3)), _damped_matrices(jr.fold_in(key, 1), n)), 0.02),
-    Kind("Van der Pol", _van_der_pol,
-         lambda key, n: (jr.normal(key, (n, 2)) + jnp.array([2.0, 0.0]),
-                         jr.uniform(jr.fold_in(key, 1), (n,), minval=0.2, maxval=3.0)), 0.02),
-    Kind("Lorenz", _lorenz,
-         lambda key, n: (jr.normal(key, (n, 3)) + jnp.array([1.0, 1.0, 20.0]),
-                         jnp.array([10.0, 28.0, 8 / 3])
-                         * jr.uniform(jr.fold_in(key, 1), (n, 3), minval=0.9, maxval=1.1)), 0.005),
-    Kind("neural ODE", _mlp,
-         lambda key, n: (jr.normal(key, (n, 2)), _mlp_weights(jr.fold_in(key, 1), n)), 0.02),
-)  # fmt: skip
+    Kind(
+        "damped linear",
+        _linear,
+        lambda key, n: (jr.normal(key, (n, 3)), _damped_matrices(jr.fold_in(key, 1), n)),
+        0.02,
+    ),
+    Kind(
+        "Van der Pol",
+        _van_der_pol,
+        lambda key, n: (
+            jr.normal(key, (n, 2)) + jnp.array([2.0, 0.0]),
+            jr.uniform(jr.fold_in(key, 1), (n,), minval=0.2, maxval=3.0),
+        ),
+        0.02,
+    ),
+    Kind(
+        "Lorenz",
+        _lorenz,
+        lambda key, n: (
+            jr.normal(key, (n, 3)) + jnp.array([1.0, 1.0, 20.0]),
+            jnp.array([10.0, 28.0, 8 / 3])
+            * jr.uniform(jr.fold_in(key, 1), (n, 3), minval=0.9, maxval=1.1),
+        ),
+        0.005,
+    ),
+    Kind(
+        "neural ODE",
+        _mlp,
+        lambda key, n: (jr.normal(key, (n, 2)), _mlp_weights(jr.fold_in(key, 1), n)),
+        0.02,
+    ),
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,9 +131,19 @@ def _gradient(kind: Kind, adaptive: bool, solver, adjoint):
     controller = oc.PIDController(rtol=1e-6, atol=1e-8) if adaptive else oc.ConstantStepSize()
 
     def loss(y0, args, t1):
-        sol = oc.diffeqsolve(oc.ODETerm(kind.field), solver, 0.0, t1, jnp.asarray(dt, t1.dtype),
-                             y0, args, stepsize_controller=controller, adjoint=adjoint,
-                             max_steps=MAX_STEPS, throw=False)  # fmt: skip
+        sol = oc.diffeqsolve(
+            oc.ODETerm(kind.field),
+            solver,
+            0.0,
+            t1,
+            jnp.asarray(dt, t1.dtype),
+            y0,
+            args,
+            stepsize_controller=controller,
+            adjoint=adjoint,
+            max_steps=MAX_STEPS,
+            throw=False,
+        )
         return jnp.sum(sol.ys[-1] ** 2), sol.result
 
     grad = jax.grad(loss, argnums=(0, 1), has_aux=True)
@@ -133,9 +163,17 @@ def _reference(kind: Kind, adaptive: bool, draws: int, dtype, solver, seed: int)
     return _flat(g_ref)
 
 
-def evaluate(kind: Kind, adaptive: bool, draws: int, dtype, *, coupling: float = 0.999,
-             max_amplification: float | None = 1.0, seed: int = 0,
-             gradient_tol: float | None = None) -> Outcome:  # fmt: skip
+def evaluate(
+    kind: Kind,
+    adaptive: bool,
+    draws: int,
+    dtype,
+    *,
+    coupling: float = 0.999,
+    max_amplification: float | None = 1.0,
+    seed: int = 0,
+    gradient_tol: float | None = None,
+) -> Outcome:
     """Every case of `kind`: `ReversibleAdjoint()` against `CheckpointAdjoint()` through
     `Reversible(Tsit5(), coupling=..., max_amplification=...)`."""
     solver = oc.Reversible(oc.Tsit5(), coupling=coupling, max_amplification=max_amplification)

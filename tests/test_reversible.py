@@ -30,9 +30,19 @@ def _loss(adjoint, controller, t0, saveat, dtype=jnp.float64):
     """A loss of every kind of output, as a function of `(y0, args, t1)`."""
 
     def loss(y0, args, t1):
-        sol = oc.diffeqsolve(_lotka_volterra, oc.ReversibleHeun(), t0, t1, (t1 - t0) / 50,
-                             y0, args, adjoint=adjoint, saveat=saveat(t0, t1),
-                             stepsize_controller=controller, max_steps=512)  # fmt: skip
+        sol = oc.diffeqsolve(
+            _lotka_volterra,
+            oc.ReversibleHeun(),
+            t0,
+            t1,
+            (t1 - t0) / 50,
+            y0,
+            args,
+            adjoint=adjoint,
+            saveat=saveat(t0, t1),
+            stepsize_controller=controller,
+            max_steps=512,
+        )
         ys = jax.tree.leaves(sol.ys)
         return sum(jnp.sum(jnp.where(jnp.isfinite(y), y, 0.0) ** 2) for y in ys)
 
@@ -58,10 +68,12 @@ CASES = [
 def test_equals_checkpoint_adjoint_on_lotka_volterra(control, t0, t1, save):
     """Gradients with respect to `y0`, `args` and `t1` agree to 1e-10."""
     args = (jnp.asarray(Y0), jnp.asarray(1.5), jnp.asarray(t1))
-    want = jax.grad(_loss(oc.CheckpointAdjoint(), CONTROLS[control], t0, SAVES[save]),
-                    (0, 1, 2))(*args)  # fmt: skip
-    got = jax.grad(_loss(oc.BacksolveAdjoint(), CONTROLS[control], t0, SAVES[save]),
-                   (0, 1, 2))(*args)  # fmt: skip
+    want = jax.grad(_loss(oc.CheckpointAdjoint(), CONTROLS[control], t0, SAVES[save]), (0, 1, 2))(
+        *args
+    )
+    got = jax.grad(_loss(oc.BacksolveAdjoint(), CONTROLS[control], t0, SAVES[save]), (0, 1, 2))(
+        *args
+    )
     for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-10)
 
@@ -75,9 +87,18 @@ class _NeuralField(eqx.Module):
 
 def _neural_loss(adjoint, controller):
     def loss(field, y0):
-        sol = oc.diffeqsolve(oc.ODETerm(field), oc.ReversibleHeun(), 0.0, 2.0, 0.05, y0,
-                             adjoint=adjoint, stepsize_controller=controller, max_steps=256,
-                             saveat=oc.SaveAt(ts=jnp.linspace(0.0, 2.0, 5)))  # fmt: skip
+        sol = oc.diffeqsolve(
+            oc.ODETerm(field),
+            oc.ReversibleHeun(),
+            0.0,
+            2.0,
+            0.05,
+            y0,
+            adjoint=adjoint,
+            stepsize_controller=controller,
+            max_steps=256,
+            saveat=oc.SaveAt(ts=jnp.linspace(0.0, 2.0, 5)),
+        )
         return jnp.sum(sol.ys**2)
 
     return loss
@@ -90,7 +111,7 @@ def test_equals_checkpoint_adjoint_on_a_neural_ode(control):
     mlp = eqx.nn.MLP(4, 3, 16, 2, activation=jnp.tanh, key=jr.PRNGKey(0))
     field = _NeuralField(mlp)  # float64: the tests run with x64 enabled
     y0 = jnp.asarray([0.5, -0.3, 0.2])
-    loss = lambda adjoint: lambda both: _neural_loss(adjoint, CONTROLS[control])(*both)  # noqa: E731
+    loss = lambda adjoint: lambda both: _neural_loss(adjoint, CONTROLS[control])(*both)
     want = eqx.filter_grad(loss(oc.CheckpointAdjoint()))((field, y0))
     got = eqx.filter_grad(loss(oc.BacksolveAdjoint()))((field, y0))
     for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
@@ -99,10 +120,10 @@ def test_equals_checkpoint_adjoint_on_a_neural_ode(control):
 
 def test_vmap_and_float32():
     """Under `jax.vmap`, and in float32 (to float32's round-off of CheckpointAdjoint's)."""
-    loss = lambda adjoint, dtype: _loss(adjoint, CONTROLS["constant"], 0.0, SAVES["t1"], dtype)  # noqa: E731
+    loss = lambda adjoint, dtype: _loss(adjoint, CONTROLS["constant"], 0.0, SAVES["t1"], dtype)
     y0s = jnp.asarray(np.stack([Y0, 1.3 * Y0]), jnp.float32)
     args = (jnp.float32(1.5), jnp.float32(3.0))
-    grad = lambda adjoint: jax.vmap(jax.grad(loss(adjoint, jnp.float32)), (0, None, None))  # noqa: E731
+    grad = lambda adjoint: jax.vmap(jax.grad(loss(adjoint, jnp.float32)), (0, None, None))
     got = grad(oc.BacksolveAdjoint())(y0s, *args)
     want = grad(oc.CheckpointAdjoint())(y0s, *args)
     assert got.dtype == jnp.float32
@@ -124,9 +145,18 @@ def test_complex_state():
 
     def loss(adjoint):
         def fn(y0, args):
-            sol = oc.diffeqsolve(_complex_field, oc.ReversibleHeun(), 0.0, 2.0, 0.02, y0, args,
-                                 adjoint=adjoint, saveat=oc.SaveAt(ts=jnp.linspace(0.0, 2.0, 4)),
-                                 max_steps=128)  # fmt: skip
+            sol = oc.diffeqsolve(
+                _complex_field,
+                oc.ReversibleHeun(),
+                0.0,
+                2.0,
+                0.02,
+                y0,
+                args,
+                adjoint=adjoint,
+                saveat=oc.SaveAt(ts=jnp.linspace(0.0, 2.0, 4)),
+                max_steps=128,
+            )
             return jnp.sum(jnp.abs(sol.ys) ** 2 * jnp.arange(1.0, 3.0)[None, :]) + jnp.sum(
                 sol.ys.real
             )
@@ -159,8 +189,17 @@ def test_drifted_reconstruction_gives_nan_without_throw():
     is in `tests/test_bad_inputs.py`)."""
 
     def loss(y0):
-        sol = oc.diffeqsolve(lambda t, y, a: -5.0 * y, oc.ReversibleHeun(), 0.0, 5.0, 0.01, y0,
-                             adjoint=oc.BacksolveAdjoint(), throw=False, max_steps=600)  # fmt: skip
+        sol = oc.diffeqsolve(
+            lambda t, y, a: -5.0 * y,
+            oc.ReversibleHeun(),
+            0.0,
+            5.0,
+            0.01,
+            y0,
+            adjoint=oc.BacksolveAdjoint(),
+            throw=False,
+            max_steps=600,
+        )
         return sol.ys.sum()
 
     assert np.all(np.isnan(jax.grad(loss)(jnp.asarray(Y0))))
@@ -170,8 +209,16 @@ def _temp_bytes(adjoint, num_steps: int, size: int = 4096) -> int:
     """Compiled temporary memory of the gradient of a solve of `num_steps` steps."""
 
     def loss(y0):
-        sol = oc.diffeqsolve(lambda t, y, a: jnp.roll(y, 1) - y, oc.ReversibleHeun(), 0.0, 1.0,
-                             1.0 / num_steps, y0, max_steps=num_steps, adjoint=adjoint)  # fmt: skip
+        sol = oc.diffeqsolve(
+            lambda t, y, a: jnp.roll(y, 1) - y,
+            oc.ReversibleHeun(),
+            0.0,
+            1.0,
+            1.0 / num_steps,
+            y0,
+            max_steps=num_steps,
+            adjoint=adjoint,
+        )
         return sol.ys.sum()
 
     compiled = jax.jit(jax.grad(loss)).lower(jnp.ones(size)).compile()

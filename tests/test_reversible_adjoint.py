@@ -68,9 +68,19 @@ def _loss(problem, adjoint, control, save, t0=0.0, dtype=jnp.float64, coupling=0
     solver = oc.Reversible(oc.Tsit5(), coupling=coupling)
 
     def loss(field, y0, args, t0, t1):
-        sol = oc.diffeqsolve(oc.ODETerm(field), solver, t0, t1, (t1 - t0) / 40, y0, args,
-                             adjoint=adjoint, stepsize_controller=CONTROLS[control],
-                             saveat=SAVES[save](t0, t1), max_steps=256)  # fmt: skip
+        sol = oc.diffeqsolve(
+            oc.ODETerm(field),
+            solver,
+            t0,
+            t1,
+            (t1 - t0) / 40,
+            y0,
+            args,
+            adjoint=adjoint,
+            stepsize_controller=CONTROLS[control],
+            saveat=SAVES[save](t0, t1),
+            max_steps=256,
+        )
         ys = jax.tree.leaves(sol.ys)
         return sum(jnp.sum(jnp.where(jnp.isfinite(y), y, 0.0) ** 2) for y in ys)
 
@@ -79,7 +89,7 @@ def _loss(problem, adjoint, control, save, t0=0.0, dtype=jnp.float64, coupling=0
 
 def _inputs(name, t0=0.0, t1=3.0, dtype=jnp.float64):
     field, args, y0 = PROBLEMS[name]
-    cast = lambda x: jnp.asarray(x, dtype)  # noqa: E731
+    cast = lambda x: jnp.asarray(x, dtype)
     field = jax.tree.map(lambda x: cast(x) if eqx.is_inexact_array(x) else x, field)
     return field, cast(y0), cast(args), cast(t0), cast(t1)
 
@@ -137,7 +147,7 @@ def test_vmap_and_float32():
     def grads(adjoint):
         loss = _loss("lotka-volterra", adjoint, "pid", "ts")
         batched = jax.vmap(loss, (None, 0, None, None, None))
-        total = lambda y0s, args, t1: jnp.sum(batched(field, y0s, args, t0, t1))  # noqa: E731
+        total = lambda y0s, args, t1: jnp.sum(batched(field, y0s, args, t0, t1))
         return jax.grad(total, (0, 1, 2))(y0s, args, t1)
 
     got, want = grads(oc.ReversibleAdjoint()), grads(oc.CheckpointAdjoint())
@@ -152,9 +162,19 @@ def test_dense_output_and_forward_mode():
 
     def loss(adjoint):
         def fn(y0, args):
-            sol = oc.diffeqsolve(_van_der_pol, oc.Reversible(oc.Dopri5()), 0.0, 3.0, 0.1, y0,
-                                 args, adjoint=adjoint, saveat=oc.SaveAt(dense=True),
-                                 stepsize_controller=CONTROLS["pid"], max_steps=256)  # fmt: skip
+            sol = oc.diffeqsolve(
+                _van_der_pol,
+                oc.Reversible(oc.Dopri5()),
+                0.0,
+                3.0,
+                0.1,
+                y0,
+                args,
+                adjoint=adjoint,
+                saveat=oc.SaveAt(dense=True),
+                stepsize_controller=CONTROLS["pid"],
+                max_steps=256,
+            )
             return jnp.sum(sol.evaluate(1.234) ** 2) + jnp.sum(sol.evaluate(2.5))
 
         return fn
@@ -166,18 +186,28 @@ def test_dense_output_and_forward_mode():
     np.testing.assert_allclose(forward, want[1], rtol=1e-9)
 
 
-@pytest.mark.parametrize("base, order", [
-    pytest.param(oc.Heun, 2, marks=pytest.mark.slow),
-    (oc.Bosh3, 3),
-    pytest.param(oc.Tsit5, 5, marks=pytest.mark.slow),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "base, order",
+    [
+        pytest.param(oc.Heun, 2, marks=pytest.mark.slow),
+        (oc.Bosh3, 3),
+        pytest.param(oc.Tsit5, 5, marks=pytest.mark.slow),
+    ],
+)
 def test_order_and_dense_output(base, order):
     """The base method's order on `y' = -y` (error ratio on halving the step), at the
     steps and in the dense output between them."""
 
     def errors(n):
-        sol = oc.diffeqsolve(lambda t, y, a: -y, oc.Reversible(base()), 0.0, 1.0, 1.0 / n,
-                             jnp.asarray([1.0]), saveat=oc.SaveAt(t1=True, dense=True))  # fmt: skip
+        sol = oc.diffeqsolve(
+            lambda t, y, a: -y,
+            oc.Reversible(base()),
+            0.0,
+            1.0,
+            1.0 / n,
+            jnp.asarray([1.0]),
+            saveat=oc.SaveAt(t1=True, dense=True),
+        )
         mid = 0.5 + 0.37 / n
         at_end = abs(float(sol.ys[-1, 0]) - np.exp(-1.0))
         return at_end, abs(float(sol.evaluate(mid)[0]) - np.exp(-mid))
@@ -251,8 +281,17 @@ def test_backward_pass_evaluates_each_step_once():
         return calls[0]
 
     def loss(a, adjoint):
-        sol = oc.diffeqsolve(field, oc.Reversible(oc.Tsit5()), 0.0, 1.0, 0.05, jnp.ones(3), a,
-                             adjoint=adjoint, max_steps=20)  # fmt: skip
+        sol = oc.diffeqsolve(
+            field,
+            oc.Reversible(oc.Tsit5()),
+            0.0,
+            1.0,
+            0.05,
+            jnp.ones(3),
+            a,
+            adjoint=adjoint,
+            max_steps=20,
+        )
         return jnp.sum(sol.ys**2)
 
     a = jnp.asarray(0.5)
@@ -278,11 +317,20 @@ def _damped_outcome(damping, coupling=0.999):
     its backward pass raised), or the relative error of a finite wrong gradient."""
 
     def loss(y0, damping):
-        field = lambda t, y, d: jnp.stack([y[1], -y[0] - d * y[1]])  # noqa: E731
+        field = lambda t, y, d: jnp.stack([y[1], -y[0] - d * y[1]])
         pid = oc.PIDController(rtol=1e-10, atol=1e-12)
-        sol = oc.diffeqsolve(field, oc.Reversible(oc.Tsit5(), coupling=coupling), 0.0, 2.0,
-                             0.01, y0, damping, adjoint=oc.ReversibleAdjoint(), max_steps=2048,
-                             stepsize_controller=pid)  # fmt: skip
+        sol = oc.diffeqsolve(
+            field,
+            oc.Reversible(oc.Tsit5(), coupling=coupling),
+            0.0,
+            2.0,
+            0.01,
+            y0,
+            damping,
+            adjoint=oc.ReversibleAdjoint(),
+            max_steps=2048,
+            stepsize_controller=pid,
+        )
         return jnp.sum(sol.ys)
 
     inputs, exact = _damped(damping)
@@ -296,13 +344,16 @@ def _damped_outcome(damping, coupling=0.999):
     return "right" if error <= 1e-6 else error
 
 
-@pytest.mark.parametrize("damping, coupling", [
-    pytest.param(10.0, 0.999, marks=pytest.mark.slow),
-    pytest.param(100.0, 0.999, marks=pytest.mark.slow),
-    (1000.0, 0.999),
-    pytest.param(10.0, 0.5, marks=pytest.mark.slow),
-    pytest.param(100.0, 0.5, marks=pytest.mark.slow),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "damping, coupling",
+    [
+        pytest.param(10.0, 0.999, marks=pytest.mark.slow),
+        pytest.param(100.0, 0.999, marks=pytest.mark.slow),
+        (1000.0, 0.999),
+        pytest.param(10.0, 0.5, marks=pytest.mark.slow),
+        pytest.param(100.0, 0.5, marks=pytest.mark.slow),
+    ],
+)
 def test_damped_gradient_is_right_or_refused(damping, coupling):
     """Right to 1e-6 (relative) against the closed form, or refused (`throw=True`
     raises: the forward solve, whose error control includes the coupled pair's
@@ -320,9 +371,16 @@ def _temp_bytes(num_steps: int, size: int = 1024) -> int:
     """Compiled temporary memory of the gradient of `num_steps` constant steps."""
 
     def loss(y0):
-        sol = oc.diffeqsolve(lambda t, y, a: jnp.roll(y, 1) - y, oc.Reversible(oc.Bosh3()),
-                             0.0, 1.0, 1.0 / num_steps, y0, max_steps=num_steps,
-                             adjoint=oc.ReversibleAdjoint())  # fmt: skip
+        sol = oc.diffeqsolve(
+            lambda t, y, a: jnp.roll(y, 1) - y,
+            oc.Reversible(oc.Bosh3()),
+            0.0,
+            1.0,
+            1.0 / num_steps,
+            y0,
+            max_steps=num_steps,
+            adjoint=oc.ReversibleAdjoint(),
+        )
         return jnp.sum(sol.ys**2)
 
     compiled = jax.jit(jax.grad(loss)).lower(jnp.ones(size)).compile()

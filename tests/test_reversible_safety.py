@@ -24,9 +24,19 @@ def _van_der_pol(t, y, args):
 
 
 def _steps(solver, t1, **kwargs):
-    sol = oc.diffeqsolve(_van_der_pol, solver, 0.0, t1, 0.01, Y0, (1.0,), throw=False,
-                         stepsize_controller=oc.PIDController(rtol=1e-7, atol=1e-9),
-                         max_steps=100_000, **kwargs)  # fmt: skip
+    sol = oc.diffeqsolve(
+        _van_der_pol,
+        solver,
+        0.0,
+        t1,
+        0.01,
+        Y0,
+        (1.0,),
+        throw=False,
+        stepsize_controller=oc.PIDController(rtol=1e-7, atol=1e-9),
+        max_steps=100_000,
+        **kwargs,
+    )
     return int(sol.stats["num_steps"]), int(sol.result)
 
 
@@ -43,8 +53,9 @@ def test_adaptive_van_der_pol_stops_with_the_instability_code_early():
 
 def test_the_instability_is_raised_naming_the_alternatives():
     with pytest.raises(eqx.EquinoxRuntimeError, match=r"(?s)Parasitic mode.*CheckpointAdjoint"):
-        oc.diffeqsolve(_van_der_pol, oc.Reversible(oc.Tsit5()), 0.0, 16.0, 0.01, Y0, (1.0,),
-                       max_steps=4096)  # fmt: skip
+        oc.diffeqsolve(
+            _van_der_pol, oc.Reversible(oc.Tsit5()), 0.0, 16.0, 0.01, Y0, (1.0,), max_steps=4096
+        )
 
 
 def test_the_monitor_leaves_its_home_ground_alone():
@@ -52,10 +63,19 @@ def test_the_monitor_leaves_its_home_ground_alone():
     Van der Pol to t = 2: no stop."""
     oscillator = lambda t, y, args: jnp.stack([y[1], -y[0]])
     for controller in (oc.ConstantStepSize(), oc.PIDController(rtol=1e-8, atol=1e-10)):
-        sol = oc.diffeqsolve(oscillator, oc.Reversible(oc.Tsit5()), 0.0, 100.0, 0.05, Y0,
-                             stepsize_controller=controller, max_steps=4096)  # fmt: skip
-        np.testing.assert_allclose(sol.ys[-1], 2 * jnp.array([jnp.cos(100.0), -jnp.sin(100.0)]),
-                                   atol=1e-5)  # fmt: skip
+        sol = oc.diffeqsolve(
+            oscillator,
+            oc.Reversible(oc.Tsit5()),
+            0.0,
+            100.0,
+            0.05,
+            Y0,
+            stepsize_controller=controller,
+            max_steps=4096,
+        )
+        np.testing.assert_allclose(
+            sol.ys[-1], 2 * jnp.array([jnp.cos(100.0), -jnp.sin(100.0)]), atol=1e-5
+        )
     assert _steps(oc.Reversible(oc.Tsit5()), 2.0)[1] == oc.RESULTS.successful
 
 
@@ -64,9 +84,18 @@ def _grad(t1, adjoint, max_amplification=1.0):
 
     def loss(p):
         mu, scale = p
-        sol = oc.diffeqsolve(_van_der_pol, solver, 0.0, t1, 0.01, Y0 * scale, (mu,),
-                             saveat=oc.SaveAt(ts=jnp.linspace(0.0, t1, 50)), max_steps=4096,
-                             adjoint=adjoint)  # fmt: skip
+        sol = oc.diffeqsolve(
+            _van_der_pol,
+            solver,
+            0.0,
+            t1,
+            0.01,
+            Y0 * scale,
+            (mu,),
+            saveat=oc.SaveAt(ts=jnp.linspace(0.0, t1, 50)),
+            max_steps=4096,
+            adjoint=adjoint,
+        )
         return jnp.sum(sol.ys**2)
 
     return jax.grad(loss)(jnp.array([1.0, 1.0]))
@@ -104,10 +133,14 @@ def _check(outcome: family.Outcome, dtype):
     assert np.all(errors <= family.tolerance(dtype)), (outcome.horizon[returned], errors)
 
 
-@pytest.mark.parametrize("kind, adaptive", [
-    (family.KINDS[0], False),
-    (family.KINDS[3], True),
-], ids=["damped linear, constant", "neural ODE, adaptive"])  # fmt: skip
+@pytest.mark.parametrize(
+    "kind, adaptive",
+    [
+        (family.KINDS[0], False),
+        (family.KINDS[3], True),
+    ],
+    ids=["damped linear, constant", "neural ODE, adaptive"],
+)
 def test_family_gradients_are_right_or_refused_by_the_backward_pass(kind, adaptive):
     """With the forward monitor off the backward pass alone must refuse: horizons
     1-100 (one problem each)."""

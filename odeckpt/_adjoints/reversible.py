@@ -12,9 +12,16 @@ from .base import AbstractAdjoint
 
 
 def reconstructing_loop(
-    integrator, problem, state0, max_steps: int, *, name: str, instead: str,
-    message: str | None, tolerance: float | None = None,
-) -> LoopOutput:  # fmt: skip
+    integrator,
+    problem,
+    state0,
+    max_steps: int,
+    *,
+    name: str,
+    instead: str,
+    message: str | None,
+    tolerance: float | None = None,
+) -> LoopOutput:
     """`reversible_loop` over the integrator's steps, their inverse from the solver's
     `reverse_step`: what `ReversibleAdjoint()` and `BacksolveAdjoint()` of a
     reversible solver run. `name` and `instead` (the alternatives to suggest) word the
@@ -127,6 +134,12 @@ class ReversibleAdjoint(AbstractAdjoint):
             )
         message = RESULTS.reversible_drifted.message if self.throw else None
         return reconstructing_loop(
-            integrator, problem, state0, max_steps, name="ReversibleAdjoint()",
-            instead="`CheckpointAdjoint()`", message=message, tolerance=self.gradient_tol,
-        )  # fmt: skip
+            integrator,
+            problem,
+            state0,
+            max_steps,
+            name="ReversibleAdjoint()",
+            instead="`CheckpointAdjoint()`",
+            message=message,
+            tolerance=self.gradient_tol,
+        )

@@ -60,8 +60,10 @@ class Checksum(eqx.Module):
     peaks: Any
 
     def merge(self, other: "Checksum") -> "Checksum":
-        return Checksum(jax.tree.map(jnp.add, self.sums, other.sums),
-                        jax.tree.map(jnp.maximum, self.peaks, other.peaks))  # fmt: skip
+        return Checksum(
+            jax.tree.map(jnp.add, self.sums, other.sums),
+            jax.tree.map(jnp.maximum, self.peaks, other.peaks),
+        )
 
 
 class Inverse(eqx.Module):

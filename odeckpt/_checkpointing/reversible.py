@@ -23,6 +23,7 @@ from jax import lax
 from odeckpt._core import (
     as_arrays,
     batched_like,
+    largest_magnitude,
     materialize,
     row,
     set_row,
@@ -75,8 +76,8 @@ def _logging_body(body: LoopBody, inverse: Inverse) -> ForwardBody:
     progress = None
     if body.progress is not None:
         report = body.progress
-        progress = lambda problem, c0, c, i: report(problem, c0[0], c[0], i)  # noqa: E731
-    cond = lambda problem, carry: body.cond(problem, carry[0])  # noqa: E731
+        progress = lambda problem, c0, c, i: report(problem, c0[0], c[0], i)
+    cond = lambda problem, carry: body.cond(problem, carry[0])
     return ForwardBody(step=step, cond=cond, emitters=emitters, progress=progress)
 
 
@@ -122,7 +123,7 @@ def _reversible_bwd(residuals, grad_obj, perturbed, vjp_arg, body, inverse, max_
 
     zeros = tree_zeros_like(eqx.filter(problem, is_diff))
     seed = inverse.size(ct_state)  # the largest cotangent the outputs received
-    seed = jnp.maximum(seed, _largest(ct_buffers, seed.dtype))
+    seed = jnp.maximum(seed, largest_magnitude(ct_buffers, seed.dtype))
     init = _Unwind(log.taken, final, zeros, ct_state, _zero_checksum(inverse, state0), seed)
     init = batched_like(init, (log.taken, final, ct_state, log.checksum))
     out = lax.while_loop(lambda carry: carry.b > 0, step, init)
@@ -137,16 +138,9 @@ def _zero_checksum(inverse: Inverse, state) -> Checksum:
     return jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), like)
 
 
-def _largest(tree, dtype) -> jax.Array:
-    """`max |x|` over the floating leaves of `tree` (0 for none)."""
-    leaves = [x for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
-    peaks = [jnp.max(jnp.abs(x), initial=0).astype(dtype) for x in leaves]
-    return jnp.max(jnp.stack(peaks), initial=0) if peaks else jnp.zeros((), dtype)
-
-
 def _unless_refused(inverse: Inverse, refused, cotangents):
     """The cotangents, or NaN (or `inverse.message` raised) where they are refused."""
-    nan = lambda x: jnp.where(refused, jnp.nan, x)  # noqa: E731
+    nan = lambda x: jnp.where(refused, jnp.nan, x)
     cotangents = jax.tree.map(nan, cotangents)
     if inverse.message is None:
         return cotangents

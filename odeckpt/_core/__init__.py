@@ -42,6 +42,7 @@ from .tree import (
     as_arrays as as_arrays,
     from_real_view as from_real_view,
     is_complex as is_complex,
+    largest_magnitude as largest_magnitude,
     materialize as materialize,
     nbytes as nbytes,
     real_view as real_view,

@@ -45,6 +45,14 @@ def zero_tangent(x):
     return np.zeros(jnp.shape(x), dtype=jax.dtypes.float0)
 
 
+def largest_magnitude(tree, dtype) -> jax.Array:
+    """`max |x|` over the inexact leaves of `tree` (`None` leaves skipped), in `dtype`;
+    0 for none."""
+    leaves = [x for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
+    peaks = [jnp.max(jnp.abs(x), initial=0).astype(dtype) for x in leaves]
+    return jnp.max(jnp.stack(peaks), initial=0) if peaks else jnp.zeros((), dtype)
+
+
 def tree_add(a, b):
     """The leafwise sum of two PyTrees of the same structure."""
     return jax.tree.map(jnp.add, a, b)

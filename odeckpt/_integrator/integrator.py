@@ -72,7 +72,7 @@ def fresh_stage(solver: AbstractSolver, problem: Problem, jumped, t, y, solver_s
     where the step `jumped`, else `solver_state`: an FSAL value from before a jump must
     not be carried past it."""
     # `lax.cond`, not `batch_cond`: the step is differentiated in reverse mode.
-    fresh = lambda t, y, k: solver.init_state(problem.term, t, y, problem.args)  # noqa: E731
+    fresh = lambda t, y, k: solver.init_state(problem.term, t, y, problem.args)
     return jax.lax.cond(jumped, fresh, lambda t, y, k: k, t, y, solver_state)
 
 
@@ -117,10 +117,15 @@ class Integrator(eqx.Module):
         t_next = self._next_time(problem, t0, first, jnp.asarray(True))
         zero = jnp.asarray(0, jnp.int32)
         state = State(
-            t=t0, t_next=t_next, y=y0, solver_state=k0, controller=memory,
-            counts=pack_counts(zero, zero, RESULTS.successful, False,
-                               None if problem.event is None else 0),
-        )  # fmt: skip
+            t=t0,
+            t_next=t_next,
+            y=y0,
+            solver_state=k0,
+            controller=memory,
+            counts=pack_counts(
+                zero, zero, RESULTS.successful, False, None if problem.event is None else 0
+            ),
+        )
         return event_at_start(problem, state)
 
     def step(self, problem: Problem, state: State, decisions: RecordedDecisions | None = None):
@@ -131,8 +136,15 @@ class Integrator(eqx.Module):
         t0, dt = state.t, state.t_next - state.t
         known = None if decisions is None else decisions.known
         solver = self.solver if known is None else known
-        out = solver.attempt(problem.term, t0, dt, state.y, state.solver_state, problem.args,
-                          dense=self.evaluates_dense)  # fmt: skip
+        out = solver.attempt(
+            problem.term,
+            t0,
+            dt,
+            state.y,
+            state.solver_state,
+            problem.args,
+            dense=self.evaluates_dense,
+        )
         if decisions is not None and _light_replay(problem, state):
             return self._replayed(problem, state, decisions, out)
         error_order = self.solver.error_order(problem.term)
@@ -172,8 +184,7 @@ class Integrator(eqx.Module):
         t, jumped = _landed(problem, state, accepted)
         t_next = _recorded_next(problem, t, accepted, decisions.t_next)
         landed = (t, jumped, t_next)
-        return self._advanced(problem, state, out, accepted, landed, state.controller,
-                              state.result)  # fmt: skip
+        return self._advanced(problem, state, out, accepted, landed, state.controller, state.result)
 
     def _advanced(self, problem, state: State, out, accepted, landed, controller, result):
         """The step's new state, output record and accept flag, given its decisions
@@ -189,18 +200,21 @@ class Integrator(eqx.Module):
             y=y,
             solver_state=solver_state,
             controller=controller,
-            counts=pack_counts(state.num_accepted + accepted.astype(jnp.int32),
-                               state.num_rejected + (~accepted).astype(jnp.int32), result,
-                               jumped, None if problem.event is None else state.event),
-        )  # fmt: skip
+            counts=pack_counts(
+                state.num_accepted + accepted.astype(jnp.int32),
+                state.num_rejected + (~accepted).astype(jnp.int32),
+                result,
+                jumped,
+                None if problem.event is None else state.event,
+            ),
+        )
         record = Record(DenseStep(state.t, state.t_next, state.y, out.coeffs), out.y1)
         if problem.event is not None:
             end = new.t
             new, record = event_step(problem, state, new, record, accepted)
             # Cut short at a crossing: the carried state (an FSAL stage) is evaluated
             # afresh there, as after a jump (`sol.solver_state` is the solver's at t*).
-            fresh = fresh_stage(self.solver, problem, new.t != end, new.t, new.y,
-                                new.solver_state)  # fmt: skip
+            fresh = fresh_stage(self.solver, problem, new.t != end, new.t, new.y, new.solver_state)
             new = eqx.tree_at(lambda s: s.solver_state, new, fresh)
         return new, record, accepted
 
@@ -264,12 +278,13 @@ class Integrator(eqx.Module):
         assert isinstance(solver, AbstractReversibleSolver)
         part = solver.reconstructed
         return Inverse(
-            scalars=_step_times, undo=self._undo,
+            scalars=_step_times,
+            undo=self._undo,
             checksum=ft.partial(reconstruction.checksum, part=part),
             size=ft.partial(reconstruction.largest, part=part),
             refused=ft.partial(reconstruction.refused, part=part, tolerance=tolerance),
             message=message,
-        )  # fmt: skip
+        )
 
     def _undo(self, problem: Problem, new: State, times):
         """The state the step to `new` started from, and that step's decisions: its
@@ -282,9 +297,9 @@ class Integrator(eqx.Module):
         assert isinstance(solver, AbstractReversibleSolver)
         accepted = new.t != t
         known = None
-        linearised = solver.linearised_reverse_step(problem.term, t, t_next - t, new.y,
-                                                    new.solver_state, problem.args,
-                                                    self.evaluates_dense)  # fmt: skip
+        linearised = solver.linearised_reverse_step(
+            problem.term, t, t_next - t, new.y, new.solver_state, problem.args, self.evaluates_dense
+        )
         if linearised is not None:  # the replay reuses the inverse's evaluations
             y, k, known = linearised
             y, k = _select(accepted, y, new.y), _select(accepted, k, new.solver_state)
@@ -293,23 +308,29 @@ class Integrator(eqx.Module):
             def undone(problem, t, t_next, y, k):  # `problem` an operand: it may be traced
                 return solver.reverse_step(problem.term, t, t_next - t, y, k, problem.args)
 
-            kept = lambda problem, t, t_next, y, k: (y, k)  # noqa: E731
-            y, k = batch_cond(accepted, undone, kept, problem, t, t_next, new.y,
-                              new.solver_state)  # fmt: skip
+            kept = lambda problem, t, t_next, y, k: (y, k)
+            y, k = batch_cond(accepted, undone, kept, problem, t, t_next, new.y, new.solver_state)
         step = accepted.astype(jnp.int32)
         event = None if problem.event is None else 0
-        counts = pack_counts(new.num_accepted - step, new.num_rejected - (1 - step),
-                             RESULTS.successful, False, event)  # fmt: skip
-        state = State(t=t, t_next=t_next, y=y, solver_state=k, controller=new.controller,
-                      counts=counts)  # fmt: skip
+        counts = pack_counts(
+            new.num_accepted - step, new.num_rejected - (1 - step), RESULTS.successful, False, event
+        )
+        state = State(
+            t=t, t_next=t_next, y=y, solver_state=k, controller=new.controller, counts=counts
+        )
         return state, RecordedDecisions(accepted, new.t_next, known)
 
     def body(self) -> LoopBody:
         return LoopBody(
-            step=self.step, decisions=self.record_decisions, skip=self.skip, cond=self.cond,
-            compress=self.compress, restore=self.restore, emitters=self._emitters(),
+            step=self.step,
+            decisions=self.record_decisions,
+            skip=self.skip,
+            cond=self.cond,
+            compress=self.compress,
+            restore=self.restore,
+            emitters=self._emitters(),
             progress=None if self.report is None else self._progress,
-        )  # fmt: skip
+        )
 
     def _progress(self, problem: Problem, state0: State, state: State, i):
         assert self.report is not None

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from odeckpt._checkpointing import Checksum
+from odeckpt._core import largest_magnitude
 
 from .state import State
 
@@ -45,9 +46,7 @@ def _floating(state: State, part: Callable) -> list:
 def largest(state: State, part: Callable) -> jax.Array:
     """`max |x|` over the floating leaves of `state.y` and `part(state.solver_state)` (of
     a state or its cotangent), in `state.t`'s dtype."""
-    dtype = jnp.result_type(state.t)
-    peaks = [jnp.max(jnp.abs(x), initial=0).astype(dtype) for x in _floating(state, part)]
-    return jnp.max(jnp.stack(peaks), initial=0) if peaks else jnp.zeros((), dtype)
+    return largest_magnitude(_floating(state, part), jnp.result_type(state.t))
 
 
 def _weights(shape, salt, index, dtype):
@@ -79,8 +78,9 @@ def checksum(state: State, index, part: Callable) -> Checksum:
     return Checksum(tuple(sums), tuple(peaks))
 
 
-def drift(state0: State, reconstructed: State, forward: Checksum, backward: Checksum,
-          part: Callable):  # fmt: skip
+def drift(
+    state0: State, reconstructed: State, forward: Checksum, backward: Checksum, part: Callable
+):
     """The reconstructed states' distance from the forward ones, relative to the largest
     forward state, per leaf and the largest over the leaves: exact at the initial state,
     and estimated over every step by the checksums (the RMS of the projections'
@@ -108,8 +108,16 @@ def default_tolerance(state: State, part: Callable) -> float:
     return eps ** (1 / 3)
 
 
-def refused(state0: State, reconstructed: State, forward: Checksum, backward: Checksum,
-            amplification, *, part: Callable, tolerance: float | None = None):  # fmt: skip
+def refused(
+    state0: State,
+    reconstructed: State,
+    forward: Checksum,
+    backward: Checksum,
+    amplification,
+    *,
+    part: Callable,
+    tolerance: float | None = None,
+):
     """Whether the gradient's estimated relative error (see the module docstring)
     exceeds `tolerance` (`None`: `default_tolerance`)."""
     tol = default_tolerance(state0, part) if tolerance is None else tolerance

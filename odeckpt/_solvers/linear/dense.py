@@ -150,9 +150,11 @@ def inverse(matrix: jax.Array) -> Callable[[jax.Array], jax.Array]:
 
     def apply(rhs):
         return jax.lax.custom_linear_solve(
-            lambda x: matrix @ x, rhs, solve=lambda _, b: solve(fact, b),
+            lambda x: matrix @ x,
+            rhs,
+            solve=lambda _, b: solve(fact, b),
             transpose_solve=lambda _, b: solve(fact, b, transpose=True),
-        )  # fmt: skip
+        )
 
     return apply
 

@@ -13,7 +13,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from odeckpt._core import RESULTS
+from odeckpt._core import RESULTS, largest_magnitude
 from odeckpt._solvers.base import (
     AbstractAdaptiveSolver,
     AbstractReversibleSolver,
@@ -34,17 +34,13 @@ class CoupledState(eqx.Module):
     fed: jax.Array
 
 
-def _largest(tree, dtype) -> jax.Array:
-    """`max |x|` over the leaves of `tree`, in `dtype` (0 for no leaves)."""
-    peaks = [jnp.max(jnp.abs(x), initial=0).astype(dtype) for x in jax.tree.leaves(tree)]
-    return jnp.max(jnp.stack(peaks), initial=0) if peaks else jnp.zeros((), dtype)
-
-
 def _fed(errors, y1, dtype) -> jax.Array:
     """What a step adds to `CoupledState.fed`: the largest local error estimate of its two
     base steps (`errors`), plus the round-off of `y1` (`eps |y1|`, per leaf)."""
     rounding = jax.tree.map(lambda y: jnp.finfo(y.dtype).eps * jnp.abs(y), y1)
-    return jax.lax.stop_gradient(_largest(errors, dtype) + _largest(rounding, dtype))
+    return jax.lax.stop_gradient(
+        largest_magnitude(errors, dtype) + largest_magnitude(rounding, dtype)
+    )
 
 
 def _base_step(solver: AbstractERK, term, t0, dt, y0, args, dense):
@@ -275,7 +271,9 @@ class Reversible(AbstractAdaptiveSolver, AbstractReversibleSolver):
         times what fed it (the parasitic mode is growing), else `successful`."""
         if self.max_amplification is None:
             return jnp.asarray(RESULTS.successful, jnp.int32)
-        gap = jax.lax.stop_gradient(_largest(jax.tree.map(jnp.subtract, y1, z1), fed1.dtype))
+        gap = jax.lax.stop_gradient(
+            largest_magnitude(jax.tree.map(jnp.subtract, y1, z1), fed1.dtype)
+        )
         grown = gap > self.max_amplification * fed1
         return jnp.where(grown, RESULTS.reversible_unstable, RESULTS.successful).astype(jnp.int32)
 
@@ -283,19 +281,23 @@ class Reversible(AbstractAdaptiveSolver, AbstractReversibleSolver):
         """`reverse_step`, linearising its two base steps: they are the ones the step
         from `(y0, z0)` takes, at the same points, so the replay needs none."""
         z1, fed1 = solver_state.z, solver_state.fed
-        (a_y, a_error, _), from_y = _linearised_base(self.solver, term, t0 + dt, -dt, y1,
-                                                     args, False)  # fmt: skip
+        (a_y, a_error, _), from_y = _linearised_base(
+            self.solver, term, t0 + dt, -dt, y1, args, False
+        )
         z0 = _plus_minus(z1, a_y, y1)
-        (b_y, b_error, b_coeffs), from_z = _linearised_base(self.solver, term, t0, dt, z0,
-                                                            args, dense)  # fmt: skip
+        (b_y, b_error, b_coeffs), from_z = _linearised_base(
+            self.solver, term, t0, dt, z0, args, dense
+        )
         y0 = _uncoupled(self.coupling, y1, b_y, z0)
         fed0 = fed1 - _fed((b_error, a_error), y1, fed1.dtype)
         coeffs = None if b_coeffs is None else _shifted_dense(b_coeffs, y0, y1)
         state1 = CoupledState(z1, fed1)
-        output = StepOutput(y1, _error(a_error, y0, z0, y1, z1), state1, coeffs,
-                            self._unstable(y1, z1, fed1))  # fmt: skip
-        pullback = _StepPullback(self.coupling, from_y, from_z, (y0, z0, y1, z1), a_error,
-                                 b_error, b_coeffs)  # fmt: skip
+        output = StepOutput(
+            y1, _error(a_error, y0, z0, y1, z1), state1, coeffs, self._unstable(y1, z1, fed1)
+        )
+        pullback = _StepPullback(
+            self.coupling, from_y, from_z, (y0, z0, y1, z1), a_error, b_error, b_coeffs
+        )
         return y0, CoupledState(z0, fed0), LinearisedStep(self, output, pullback)
 
     def reverse_step(self, term, t0, dt, y1, solver_state, args):

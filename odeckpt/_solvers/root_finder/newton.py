@@ -110,8 +110,14 @@ def _chord(f, stage: Stage, guess, lu, eta0, options: NewtonOptions) -> _Iterate
         return _Iterate(it.k + dk, size, eta, it.count + 1, converged, failed)
 
     zero = jnp.zeros((), dtype)
-    start = _Iterate(guess, zero, jnp.asarray(eta0, dtype), jnp.asarray(0, jnp.int32),
-                     jnp.asarray(False), jnp.asarray(False))  # fmt: skip
+    start = _Iterate(
+        guess,
+        zero,
+        jnp.asarray(eta0, dtype),
+        jnp.asarray(0, jnp.int32),
+        jnp.asarray(False),
+        jnp.asarray(False),
+    )
     return lax.while_loop(iterating, body, start)
 
 
@@ -134,7 +140,7 @@ def solve_stage(
 
     @jax.custom_jvp
     def root(consts, t, base, hg, guess, lu, eta0):
-        field = lambda t, z: pure(t, z, *consts)  # noqa: E731
+        field = lambda t, z: pure(t, z, *consts)
         return _solve_with_restart(field, Stage(t, base, hg), guess, lu, eta0, options)
 
     def root_jvp(primals, tangents):

@@ -103,8 +103,14 @@ class AbstractNewtonRK(AbstractRungeKutta, AbstractNewtonSolver):
         scan_kind: str | None = None,
     ):
         self.scan_kind = scan_kind
-        AbstractNewtonSolver.__init__(self, rtol, atol, max_iters, root_finder=root_finder,
-                                      root_find_max_steps=root_find_max_steps)  # fmt: skip
+        AbstractNewtonSolver.__init__(
+            self,
+            rtol,
+            atol,
+            max_iters,
+            root_finder=root_finder,
+            root_find_max_steps=root_find_max_steps,
+        )
 
     def init_state(self, term, t0, y0, args):
         """`()`: nothing is carried between steps."""

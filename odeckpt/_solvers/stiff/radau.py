@@ -114,8 +114,9 @@ def radau_newton(tableau, flat: la.Flat, times, h, system, z0, options: NewtonOp
         return _RadauIterate(it.z + dz, size, eta, it.count + 1, converged, failed)
 
     false = jnp.asarray(False)
-    start = _RadauIterate(z0, jnp.zeros((), dtype), jnp.ones((), dtype),
-                          jnp.asarray(0, jnp.int32), false, false)  # fmt: skip
+    start = _RadauIterate(
+        z0, jnp.zeros((), dtype), jnp.ones((), dtype), jnp.asarray(0, jnp.int32), false, false
+    )
     it = lax.while_loop(iterating, body, start)
     return it.z, it.converged, it.count
 
@@ -158,9 +159,10 @@ def solve_stages(tableau, flat: la.Flat, times, h, system, guess, options):
 
     def solve(residual, x0):
         del residual  # the iteration is written against `flat` and `system` directly
-        z, converged, count = radau_newton(tableau, flat, times, h, system,
-                                           x0.reshape(3, n), options)  # fmt: skip
-        as_float = lambda x: x.astype(x0.dtype)  # noqa: E731  (float auxiliary outputs)
+        z, converged, count = radau_newton(
+            tableau, flat, times, h, system, x0.reshape(3, n), options
+        )
+        as_float = lambda x: x.astype(x0.dtype)  # float auxiliary outputs
         return z.reshape(-1), (as_float(converged), as_float(count))
 
     x, (converged, _) = lax.custom_root(
@@ -231,8 +233,9 @@ class RadauIIA5(AbstractNewtonSolver, AbstractAdaptiveSolver):
     def init_state(self, term, t0, y0, args) -> Extrapolation:
         """No polynomial yet: the first step starts its iteration from `z = 0`."""
         y = la.flatten(term, y0, args).y
-        return Extrapolation(jnp.zeros((len(RADAU_IIA5.c), *y.shape), y.dtype),
-                             jnp.zeros((), y.dtype))  # fmt: skip
+        return Extrapolation(
+            jnp.zeros((len(RADAU_IIA5.c), *y.shape), y.dtype), jnp.zeros((), y.dtype)
+        )
 
     def attempt(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
         tableau, flat = RADAU_IIA5, la.flatten(term, y0, args)
