@@ -45,35 +45,19 @@ def reconstructing_loop(
 
 class ReversibleAdjoint(AbstractAdjoint):
     """Discretise-then-optimise through an algebraically reversible solver, in O(1)
-    memory: the exact gradient of the numerical solution, as `CheckpointAdjoint`'s (to
-    round-off), without storing the forward states.
+    memory: `CheckpointAdjoint`'s gradient (to round-off) without storing the states.
 
-    The forward pass records per step only its start and end times (16 bytes in
-    float64; the accept/reject decision is read back from them). The backward pass
-    starts from the final state and, for each step from the last, reconstructs the
-    state it started from with the solver's inverse step (`reverse_step`) and reverses
-    the step there exactly as `CheckpointAdjoint` does: one `jax.vjp` of the step under
-    its recorded decisions, adding the cotangents of the outputs it wrote (every
-    `SaveAt` mode: `t0`, `t1`, `ts`, `steps`, `fn`, dense output). Gradients flow to
-    `y0`, `args`, the vector field's parameters, `t0`, `t1` and `SaveAt(ts)`. Works
-    under `jax.vmap`, in float32 and float64, and in both time directions.
-
-    A gradient is returned only when it is right: the backward pass estimates the
-    gradient's relative error from the drift of the reconstructed states (measured at
-    the initial state, which it knows, and over every step by direction-sensitive
-    checksums of the states) and from how much the backward pass amplified its
-    cotangents (a coupled pair's parasitic mode grows them), and refuses the gradient
-    where the estimate exceeds `gradient_tol`: with `throw=True` the backward pass
-    raises `RESULTS.reversible_drifted`'s message (which names `CheckpointAdjoint`);
-    with `throw=False` every gradient of the solve is NaN. (The check runs in the
-    backward pass, after `Solution.result` exists, so NaN is how the failure travels,
-    as for `BacksolveAdjoint`.) The estimate and its measured false-negative rate:
-    `docs/adjoints.md`.
-
-    Use it with `Reversible(solver)` (any explicit Runge–Kutta method made reversible)
-    or `ReversibleHeun()`; another solver is refused, naming `Reversible(...)` and
-    `CheckpointAdjoint()`. Not with an `Event` or `jump_ts` (a step's inverse cannot
-    undo them), nor `max_steps=None` (the times are recorded in `max_steps` rows).
+    The forward pass records each step's start and end times; the backward pass
+    rebuilds each state from the next with the solver's inverse step and reverses the
+    step there as `CheckpointAdjoint` does. Gradients flow to everything
+    `CheckpointAdjoint` differentiates, under `jax.vmap`, in float32 and float64, in
+    both time directions. A gradient whose estimated relative error exceeds
+    `gradient_tol` is refused (`RESULTS.reversible_drifted`'s message with
+    `throw=True`, NaN with `throw=False`). Cost: two evaluations of each step in all;
+    memory: two states and 16 bytes per step. For `Reversible(solver)` or
+    `ReversibleHeun()`; not with an `Event`, `jump_ts` or `max_steps=None`. How it
+    works, the error estimate and its measured false-negative rate: `docs/adjoints.md`,
+    section "ReversibleAdjoint".
 
     Args:
         gradient_tol: the largest estimated relative error (max norm, against
@@ -82,20 +66,9 @@ class ReversibleAdjoint(AbstractAdjoint):
             4.9e-3 in float32).
         throw: `None` follows `diffeqsolve(throw=...)`.
 
-    Cost: the forward solve plus, per step, its inverse, linearised as it is evaluated
-    (`Reversible`'s inverse evaluates the step's own two base steps at the same points),
-    and the transpose of that linearisation: two evaluations of each step in all, as a
-    checkpointed gradient storing every step, whatever the number of steps (a reversible
-    solver without `linearised_reverse_step`, e.g. `ReversibleHeun`, evaluates the step
-    once more to linearise it). Memory: two solver states (the one in hand and
-    its cotangent) and `max_steps` rows of two times; the outputs' buffers as for every
-    adjoint.
-
     References:
         McCallum & Foster (2024), "Efficient, accurate and stable gradients for neural
         ODEs", arXiv:2410.11648.
-        Kidger, Foster, Li & Lyons (2021), "Efficient and accurate gradients for
-        neural SDEs", NeurIPS (the reversible Heun method).
     """
 
     gradient_tol: float | None = None

@@ -155,48 +155,22 @@ def _optional_sum(*xs):
 
 @final
 class Reversible(AbstractAdaptiveSolver, AbstractReversibleSolver):
-    """An algebraically reversible method built from any explicit Runge–Kutta method
-    (`AbstractERK`: `Tsit5`, `Dopri5`, `Bosh3`, `Heun`, ...), as McCallum & Foster's
-    reversible solvers (diffrax's open pull request calls it `Reversible(solver,
-    l=...)`; the parameter is `coupling` here).
+    """Any explicit Runge–Kutta method with an error estimate (`AbstractERK`: `Tsit5`,
+    `Dopri5`, `Bosh3`, ...) made algebraically reversible (McCallum & Foster's method;
+    diffrax's open pull request calls the coupling `l`).
 
-    Besides `y` it carries a second solution `z` (`z0 = y0`). With `Psi_h(t, x)` the
-    base method's step from `(t, x)` of size `h` (the new value), a step is
-
-        y1 = coupling (y0 - z0) + Psi_h(t0, z0),
-        z1 = y1 + z0 - Psi_{-h}(t1, y1),
-
-    and its inverse (`reverse_step`), from `(y1, z1)`:
-
-        z0 = z1 - y1 + Psi_{-h}(t1, y1),
-        y0 = (y1 - Psi_h(t0, z0)) / coupling + z0.
-
-    It converges with the base method's order. Each step costs two base steps, each
-    with its first stage evaluated afresh (`2 x stages` evaluations; no FSAL reuse:
-    the two solutions never share a stage). Dense output is the base step's polynomial
-    from `z0`, moved to run from `y0` to `y1` (exact at both ends, the base method's
-    interpolant's order in between, plus the `(1 - coupling) (z0 - y0)` gap closed
-    linearly).
-
-    Stability: the coupled pair has a second, parasitic mode, whose eigenvalue on
-    `y' = lambda y` is `coupling e^(-h lambda)`: it grows on a decaying mode once
-    `h |lambda| > -log(coupling)`. The error estimate is the base method's for the step
-    from `y1` plus the change of `y - z` over the step, and the state carries the sum of
-    the local error estimates that have fed `y - z` (`CoupledState.fed`); where `|y - z|`
-    exceeds `max_amplification` times that sum, the parasitic mode is growing and the
-    solve stops with `RESULTS.reversible_unstable`, whatever the controller. The method
-    is for neural ODEs and oscillatory or conservative problems; the measured trade-off
-    of the coupling is in `docs/adjoints.md`.
-
-    It is a solver in its own right: `CheckpointAdjoint` (checkpoints store `(y, z, fed)`:
-    `state_rebuildable` is false) and `ForwardMode` differentiate it like any other;
-    `ReversibleAdjoint()` reconstructs its states backwards and gives the same
-    gradient with O(1) states in memory. After a jump of the vector field it restarts
-    (`z = y`).
+    It carries a second solution `z` (`z0 = y0`); with `Psi_h` the base method's step,
+    `y1 = coupling (y0 - z0) + Psi_h(t0, z0)` and `z1 = y1 + z0 - Psi_{-h}(t1, y1)`,
+    which `reverse_step` undoes from `(y1, z1)`. It converges with the base method's
+    order at two base steps per step. The pair's parasitic mode grows on damped modes:
+    the solve stops with `RESULTS.reversible_unstable` where `|y - z|` outgrows
+    `max_amplification` times the local errors that fed it. `CheckpointAdjoint` and
+    `ForwardMode` differentiate it like any solver; `ReversibleAdjoint()` gives the
+    same gradient with O(1) states. The equations, the stability analysis and the
+    measured coupling trade-off: `docs/adjoints.md`, section "ReversibleAdjoint".
 
     Args:
-        solver: the base method, an explicit Runge–Kutta method with an error estimate
-            (`AbstractERK`).
+        solver: the base method, an explicit Runge–Kutta method with an error estimate.
         coupling: the coupling parameter, in `(0, 1]` (`l` / lambda in the paper).
         max_amplification: how far `|y - z|` may outgrow the local errors that fed it
             before the solve stops (`None`: never; then only `ReversibleAdjoint`'s
