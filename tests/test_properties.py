@@ -97,8 +97,9 @@ def _exact(p: Problem, t):
 
     def leaf(y0, k):
         y0, k = np.asarray(y0, np.float64), float(k)
-        with np.errstate(over="ignore"):
-            return y0[None] * np.exp(-k * dt.reshape((-1,) + (1,) * y0.ndim))
+        with np.errstate(over="ignore", invalid="ignore"):  # 0 * inf where y0 = 0
+            y = y0[None] * np.exp(-k * dt.reshape((-1,) + (1,) * y0.ndim))
+        return np.where(y0[None] == 0, 0.0, y)
 
     return jax.tree.map(leaf, p.y0, p.k)
 

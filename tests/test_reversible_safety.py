@@ -149,10 +149,12 @@ def test_family_gradients_are_right_or_refused_by_the_backward_pass(kind, adapti
 
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32], ids=["float64", "float32"])
-@pytest.mark.parametrize("max_amplification", [1.0, None], ids=["monitor", "no monitor"])
 @pytest.mark.parametrize("adaptive", [False, True], ids=["constant", "adaptive"])
 @pytest.mark.parametrize("kind", family.KINDS, ids=[k.name for k in family.KINDS])
-def test_family_gradients_are_right_or_refused(kind, adaptive, max_amplification, dtype):
-    """The full family: 4 problems at each of 7 horizons per kind and controller."""
-    outcome = family.evaluate(kind, adaptive, 4, dtype, max_amplification=max_amplification)
+def test_family_gradients_are_right_or_refused(kind, adaptive, dtype):
+    """The full family, 4 problems at each of 7 horizons per kind and controller, with
+    the forward monitor off, so that the backward pass's refusal alone stands between
+    the gradient and the user (with the monitor on, fewer gradients are returned:
+    `benchmarks/bench_reversible_safety.py` counts both)."""
+    outcome = family.evaluate(kind, adaptive, 4, dtype, max_amplification=None)
     _check(outcome, dtype)
