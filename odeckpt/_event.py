@@ -1,10 +1,7 @@
-"""Events: a condition that ends the solve (`Event`), and `steady_state_event`; diffrax's
-deprecated discrete terminating events (`DiscreteTerminatingEvent`, `SteadyStateEvent`),
-which become an `Event` with a boolean condition.
+"""Events: `Event`, `steady_state_event`, and diffrax's deprecated discrete terminating
+events (`DiscreteTerminatingEvent`, `SteadyStateEvent`), which become an `Event`.
 
-The record only holds what the user asked for; the integrator locates the event on
-each accepted step (`odeckpt._integrator.events`), and `docs/events.md` describes how
-and what its derivatives are.
+The record only holds what the user asked for; see `docs/events.md`.
 """
 
 import abc

@@ -1,11 +1,10 @@
-"""Primitives with their own `jax.vmap` rules, for the loops of the solve and its
-reverse passes: `any_in_batch`, a loop condition that stays unbatched; `min_in_batch`,
-the batch's least value, unbatched; `batched_like`,
-a loop's initial carry batched as it will end; and `batch_cond`, a `lax.cond` whose branches
-keep unbatched operands (the vector field's parameters) unbatched. `batch_size` reads,
-at trace time, how many batch elements a value is traced for. `batched_like` and
-`batch_cond` have custom JVPs, so that the JVP of a backward pass (second derivatives)
-batches correctly."""
+"""Primitives with their own `jax.vmap` rules, for the loops of the solve and its passes.
+
+`any_in_batch` and `min_in_batch` stay unbatched, `batched_like` batches a loop's
+initial carry as it will end, `batch_cond` keeps unbatched operands unbatched in its
+branches, and `batch_size` reads how many batch elements a value is traced for.
+`batched_like` and `batch_cond` have custom JVPs, so second derivatives batch too.
+"""
 
 import math
 

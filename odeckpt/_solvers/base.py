@@ -2,20 +2,8 @@
 method, `StepOutput`, and the abstract marker classes that say what kind of method a
 solver is.
 
-A solver provides `order`, `init_state` and `attempt`: they are abstract, so `abc`
-refuses to instantiate a class without them. diffrax's protocol, `init` and `step`, is
-derived from them, and a solver written against diffrax's protocol gets them from its
-`init` and `step` through one adapter, `AbstractDiffraxSolver` (both conversions are in
-`diffrax_protocol.py`). The markers carry diffrax's meaning, so that code which sorts
-solvers with `isinstance` sorts odeckpt's the same way:
-
-- `AbstractAdaptiveSolver`: the method makes an error estimate, so an adaptive step-size
-  controller can drive it;
-- `AbstractImplicitSolver`: each step solves nonlinear equations with a root finder
-  (`root_finder`, `root_find_max_steps`);
-- `AbstractItoSolver`, `AbstractStratonovichSolver`: the SDE solution the method would
-  converge to (odeckpt solves ODEs only; the marks follow diffrax's for the same method);
-- `AbstractWrappedSolver`: wraps another solver, and `isinstance` looks through it.
+See `docs/solver-internals.md`, "The stepping protocol", for the protocol, diffrax's
+derived from it, and the markers' meaning.
 """
 
 import abc

@@ -1,11 +1,9 @@
 """The backward sweep of a continuous adjoint: the adjoint ODE from a time down to `lo`.
 
-The sweep stops at every mark on its way (`Marks`): output times, where the cotangent
-of the saved output is added to `a`; anchors, where `BacksolveAdjoint`'s `y` is
-checked against the forward solution and reset to it; and, on the forward grid,
-every accepted step time. Between stops it takes either one step of the adjoint
-ODE (forward grid: the backward pass costs what the forward pass did, whatever the
-cotangent's size) or as many adaptive steps as its own controller asks for.
+The sweep stops at every mark (output times, anchors, and on the forward grid every
+accepted step time); between stops it takes one step of the adjoint ODE (forward
+grid) or the adaptive steps its own controller asks for. See `docs/adjoints.md`,
+"The backward pass's steps".
 """
 
 import equinox as eqx

@@ -1,14 +1,8 @@
 """Rooted trees and the B-series order conditions of one-step methods (pure NumPy).
 
-Every tableau here is checked against its order conditions when it is defined: the
-explicit Butcher tableaux (`tableau.py`), the stiff ones (`stiff/*_tableaux.py`) and
-the IMEX ones (`imex/ark_tableaux.py`) use the routines below (the stiff and IMEX ones
-through `check_order`, `check_close`), and nothing else computes trees or elementary
-weights.
-
-A rooted tree is a nested tuple (the sorted tuple of its subtrees; `()` is one vertex),
-and one recursion gives the elementary weights of Runge–Kutta, diagonally implicit and
-Rosenbrock methods alike (`docs/solver-internals.md`, "Order conditions").
+Every tableau of the package (explicit, stiff, IMEX) is checked with these routines
+when it is defined, and nothing else computes trees or elementary weights. See
+`docs/solver-internals.md`, "Order conditions".
 
 References:
     J. C. Butcher, *Numerical Methods for Ordinary Differential Equations*, 3rd ed.,
