@@ -1,12 +1,5 @@
 """The implicit stage solve of the ESDIRK, IMEX and implicit Euler methods: simplified
-Newton, differentiated implicitly.
-
-A stage solves `k = f(t, base + hg k)` for its slope `k` by a chord iteration with the
-step's factorised `I - hg J`, refreshing `J` and restarting once when it diverges or
-stalls, and stops by Hairer & Wanner's rule (IV.8). Derivatives do not go through the
-iterations: a custom JVP applies the implicit function theorem at the converged slope.
-`docs/solver-internals.md` ("The stage iteration") gives the stopping rule and the derivative's
-cost.
+Newton, differentiated implicitly (`docs/solver-internals.md`, "The stage iteration").
 
 References:
     E. Hairer & G. Wanner, *Solving Ordinary Differential Equations II*, IV.8

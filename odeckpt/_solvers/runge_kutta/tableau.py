@@ -1,18 +1,8 @@
 """`ButcherTableau`: an explicit Runge–Kutta method as validated data.
 
-Every method is stored as a validated [`ButcherTableau`][] record: the stage
-nodes `c`, the strictly lower triangular stage matrix `a`, the solution weights
-`b`, the embedded error weights `b_err = b - b_hat`, and optional continuous
-(dense output) weights. The methods themselves live in `explicit/`, one file per
-method, each built with the helpers of `coefficients.py`.
-
-References:
-    - J. C. Butcher, *Numerical Methods for Ordinary Differential Equations*,
-      3rd ed., Wiley, 2016 (rooted trees, elementary weights, order
-      conditions).
-    - E. Hairer, S. P. Nørsett, G. Wanner, *Solving Ordinary Differential
-      Equations I: Nonstiff Problems*, 2nd ed., Springer, 1993, Sections II.2,
-      II.4-II.6 (order conditions, embedded pairs, dense output).
+The methods themselves live in `explicit/`, one file per method, each built with the
+helpers of `coefficients.py`; the checks: `docs/solver-internals.md`, "Explicit
+Runge–Kutta methods".
 """
 
 from __future__ import annotations

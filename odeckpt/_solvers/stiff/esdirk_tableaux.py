@@ -1,11 +1,6 @@
-"""Coefficients of Kværnø's ESDIRK methods (`Kvaerno3`, `Kvaerno4`, `Kvaerno5`) as
-validated records.
-
-`EsdirkTableau` checks, when a method is defined, the B-series order conditions of its
-solution, embedded method (the penultimate stage) and stage-based dense output
-(`continuous_extension`), so a transcription error in any coefficient fails at import
-time. Kvaerno4's coefficients are rational functions of its diagonal `gamma`, fixed by
-L-stability (`docs/solver-internals.md` gives the derivation).
+"""Coefficients of Kværnø's ESDIRK methods (`Kvaerno3`, `Kvaerno4`, `Kvaerno5`), checked
+when defined against the order conditions of their solution, embedded method and
+dense output. Kvaerno4's: `docs/solver-internals.md`, "Kvaerno4's coefficients".
 
 References:
     E. Hairer & G. Wanner, *Solving Ordinary Differential Equations II*, 2nd ed.,

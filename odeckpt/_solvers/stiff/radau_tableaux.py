@@ -1,9 +1,5 @@
-"""Coefficients of `RadauIIA5`: the 3-stage Radau IIA collocation method.
-
-Everything the solver uses (the collocation matrix, the transformation that splits the
-Newton system, the error estimator, the dense-output polynomial) is derived here from
-the nodes and checked when the module is imported (`docs/solver-internals.md`, "Radau IIA's
-coefficients").
+"""Coefficients of `RadauIIA5`, derived from the nodes and checked at import
+(`docs/solver-internals.md`, "Radau IIA's coefficients").
 
 References:
     E. Hairer & G. Wanner, *Solving Ordinary Differential Equations II*, 2nd ed.,
