@@ -59,7 +59,7 @@ def check_autodiff(adjoint, problem, state0):
     """`(problem, state0)`, unchanged, after checking that the autodiff modes applied
     to them go through `adjoint`; raises `ValueError` naming what works otherwise.
     Their floating leaves pass through an identity that refuses, where JAX would fail
-    later (see the module docstring), forward mode and a second reverse pass."""
+    later (`docs/adjoints.md`, "Autodiff modes"), forward mode and a second reverse pass."""
     forward, reverse = _tracer_types()
     name = f"{type(adjoint).__name__}()"
     if adjoint.forward_mode:  # reverse mode: `check_reverse_mode` on the loop's output

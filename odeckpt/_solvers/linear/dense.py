@@ -88,7 +88,8 @@ def stop_gradients(tree):
 
 
 SMALL = 16
-"""Up to this many unknowns, solves apply an explicit inverse (see the module docstring)."""
+"""Up to this many unknowns, solves apply an explicit inverse (`docs/solver-internals.md`,
+"Dense linear algebra")."""
 
 
 class Factorisation(eqx.Module):

@@ -16,7 +16,7 @@ from odeckpt._solvers.linear import dense as la
 
 
 class NewtonOptions(eqx.Module):
-    """Stopping rule of the stage iterations (see the module docstring)."""
+    """Stopping rule of the stage iterations (`docs/solver-internals.md`, "The stage iteration")."""
 
     rtol: float
     atol: float
@@ -59,7 +59,7 @@ class _Iterate(eqx.Module):
 
 
 def verdict(size, prev, eta, count, max_iters: int):
-    """The stopping rule of the module docstring, after an iteration.
+    """The stopping rule (`docs/solver-internals.md`, "The stage iteration"), after an iteration.
 
     Args:
         size: the scaled RMS norm `|dz_k|` of this iteration's increment.
@@ -145,7 +145,7 @@ def solve_stage(
 
         _, linear = jax.linearize(residual, *primals[:4], k)
         rhs = linear(*tangents[:4], jnp.zeros_like(k))
-        # The matrix from the transpose (see the module's docstring).
+        # The matrix from the transpose (`docs/solver-internals.md`, "The stage iteration").
         transposed = jax.linear_transpose(linear, *primals[:4], k)
         basis = jnp.eye(k.shape[0], dtype=k.dtype)
         matrix = jax.vmap(lambda e: transposed(e)[-1])(basis)

@@ -121,7 +121,7 @@ def multi_init(tableau, term, t0, y0, args) -> tuple:
 
 
 def multi_step(tableau: MultiButcherTableau, term, t0, dt, y0, k0s, args, dense=True):
-    """One step of the additive method (see the module docstring)."""
+    """One step of the additive method (`docs/solver-internals.md`, "Additive explicit methods")."""
     parts, tabs = _parts(tableau, term), tableau.tableaus
     ks = [[k0] for k0 in k0s]
     y_stage = y0

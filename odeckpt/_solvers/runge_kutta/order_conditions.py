@@ -62,7 +62,7 @@ def tree_density(tree: Tree) -> int:
 
 
 def stage_weights(tree: Tree, alpha: np.ndarray, jac_weights: np.ndarray | None = None):
-    """`K(t)` of the module docstring, one entry per stage.
+    """`K(t)` of `docs/solver-internals.md` ("Order conditions"), one entry per stage.
 
     `jac_weights` is `G` (Rosenbrock methods); `None` means `G = 0` and skips its term.
     """

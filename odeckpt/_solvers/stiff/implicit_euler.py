@@ -49,7 +49,7 @@ class ImplicitEuler(AbstractNewtonSolver, AbstractAdaptiveSolver):
         return 2
 
     def init_state(self, term, t0, y0, args):
-        """No state is carried between steps (see the module docstring): `()`."""
+        """No state is carried between steps: `()`."""
         return ()
 
     def attempt(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:

@@ -125,7 +125,7 @@ class Extrapolation(eqx.Module):
 
 
 def starting_stages(tableau: RadauTableau, h, previous: Extrapolation):
-    """The Newton iteration's starting stage increments (see the module docstring):
+    """The Newton iteration's starting stage increments (`docs/solver-internals.md`, "Radau IIA"):
     the previous polynomial extrapolated to this step's stages, zero without one."""
     rows, dtype = previous.rows, previous.rows.dtype
     ratio = h / jnp.where(previous.h > 0, previous.h, 1)
@@ -162,7 +162,7 @@ def solve_stages(tableau, flat: la.Flat, times, h, system, guess, options):
 
 
 def error_estimate(tableau: RadauTableau, flat: la.Flat, t0, h, f0, z, system):
-    """RADAU5's estimate, filtered twice (see the module docstring)."""
+    """RADAU5's estimate, filtered twice (`docs/solver-internals.md`, "Radau IIA")."""
     e = jnp.asarray(tableau.error_coeffs, z.dtype)
     stages = e @ z
     gh = h * tableau.gamma0

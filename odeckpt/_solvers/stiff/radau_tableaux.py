@@ -40,7 +40,8 @@ def _check_orders(name: str, what: str, alpha, weights, order: int, theta=1.0) -
 @dataclasses.dataclass(frozen=True)
 class RadauTableau:
     """A 3-stage collocation method with its Newton transformation, error estimator
-    and dense output (see the module docstring); validated when constructed.
+    and dense output (`docs/solver-internals.md`, "Radau IIA's coefficients");
+    validated when constructed.
 
     Attributes:
         name: for messages.
