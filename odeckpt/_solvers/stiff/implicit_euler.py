@@ -38,8 +38,7 @@ class ImplicitEuler(AbstractNewtonSolver, AbstractAdaptiveSolver):
         return 1
 
     def error_order(self, terms) -> int:
-        """2: the estimate is the local error of the order-1 method (see the module
-        docstring), as diffrax's."""
+        """2: the estimate is the local error of the order-1 method, as diffrax's."""
         return 2
 
     @property
