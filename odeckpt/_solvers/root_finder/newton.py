@@ -162,13 +162,8 @@ def solve_stage(
 def _solve_with_restart(f, stage: Stage, guess, lu, eta0, options: NewtonOptions):
     """Chord Newton; on failure, refresh the Jacobian at the guess and restart once.
 
-    The restart sits in a `while_loop` rather than a `cond`, so that under `vmap` it
-    runs only when some batch member failed (a batched `cond` runs both branches). The
-    refreshed Jacobian's products are taken along a basis scaled by a 1 read through
-    the loop counter: what a loop body computes from loop-invariant inputs alone is
-    hoisted out of the loop by XLA, which would form and factorise the refreshed
-    Jacobian at every stage, whether it restarts or not (it tripled the cost of a
-    `Kvaerno5` step on 256 unknowns).
+    Why a `while_loop`, and the counter-scaled basis (`unit`): `docs/solver-internals.md`,
+    "The stage iteration".
     """
     first = _chord(f, stage, guess, lu, eta0, options)
 
@@ -178,7 +173,7 @@ def _solve_with_restart(f, stage: Stage, guess, lu, eta0, options: NewtonOptions
 
     def restart(carry):
         _, _, restarts = carry
-        unit = jnp.where(restarts >= 0, 1, 0)  # always 1; see above
+        unit = jnp.where(restarts >= 0, 1, 0)  # always 1; see the docstring
         jac = la.jacobian(f, stage.t, stage.base + stage.hg * guess, unit)
         fresh = la.factor(la.shifted(jac, stage.hg))
         return _chord(f, stage, guess, fresh, jnp.ones_like(eta0), options), fresh, restarts + 1
