@@ -168,16 +168,11 @@ def _uncoloured(tree: ColouredTree) -> Tree:
 
 
 def additive_defects(alphas, weights, order: int, theta: float = 1.0) -> list[Defect]:
-    """Order conditions of an additive Runge–Kutta method, every tree up to `order`.
+    """Order conditions of an additive Runge–Kutta method, every coloured tree up to `order`.
 
-    The method has one stage matrix `alphas[m]` (diagonal included) and one weight
-    vector `weights[m]` per part `m` of `y' = sum_m f_m(y)`; its stages share their
-    values, `Y_i = y0 + h sum_m sum_j alphas[m]_ij f_m(Y_j)`. The elementary weight of a
-    coloured tree `t = (m, [u_1, ..., u_k])` is `weights[m] @ K(t)` with
-    `K_i(t) = prod_l (alphas[colour(u_l)] @ K(u_l))_i`, and its condition is
-    `weights[m] @ K(t) == theta**|t| / gamma(t)`: with one colour these are the
-    conditions of each part's own method; the mixed colourings are the coupling
-    conditions.
+    One stage matrix `alphas[m]` (diagonal included) and one weight vector `weights[m]`
+    per part `m`; the conditions are each part's own and the coupling ones
+    (`docs/solver-internals.md`, "Order conditions").
 
     References:
         C. A. Kennedy & M. H. Carpenter (2003), "Additive Runge–Kutta schemes for
