@@ -151,13 +151,9 @@ def _after_step(sw: Sweep, tau, step: AdjointStep) -> Sweep:
 
 
 def _too_stiff(ctx: SweepContext, sw: Sweep, step: AdjointStep, dt) -> jax.Array:
-    """Whether a forward-grid step is too stiff for the adjoint: `h rho` beyond the
-    stiff limit, `rho` estimated from the last two stages (as Hairer & Wanner's
-    stiffness detection does), with that stiff part above tolerance.
-
-    The forward pass's steps on a stiff problem sit at the method's stability limit,
-    which the forward pass can afford because the fast modes of `y` have decayed below
-    `atol`; a saved output's cotangent puts O(1) into the same modes of `a`.
+    """Whether a forward-grid step is too stiff for the adjoint: `h rho` beyond the stiff
+    limit, `rho` estimated from the last two stages, with that stiff part above tolerance
+    (`docs/adjoints.md`, "The backward pass's steps").
     """
     if ctx.stiff_limit is None or step.probe is None:
         return jnp.asarray(False)
