@@ -1,10 +1,7 @@
-"""Events: a condition that ends the solve (`Event`), and `steady_state_event`; diffrax's
-deprecated discrete terminating events (`DiscreteTerminatingEvent`, `SteadyStateEvent`),
-which become an `Event` with a boolean condition.
+"""Events: `Event`, `steady_state_event`, and diffrax's deprecated discrete terminating
+events (`DiscreteTerminatingEvent`, `SteadyStateEvent`), which become an `Event`.
 
-The record only holds what the user asked for; the integrator locates the event on
-each accepted step (`odeckpt._integrator.events`), and `docs/events.md` describes how
-and what its derivatives are.
+The record only holds what the user asked for; see `docs/events.md`.
 """
 
 import abc
@@ -24,24 +21,21 @@ def _is_condition(x) -> bool:
 class Event(eqx.Module):
     """Ends the solve where a condition triggers (diffrax's `Event`).
 
+    A real-valued condition ends the solve at the crossing, located on the step's dense
+    output to machine precision in `t`; a boolean one at the end of the first accepted
+    step where it holds. When several trigger in one step, the first in time wins
+    (`Solution.event_mask` says which). See `docs/events.md` for the rules, how the time is
+    located and differentiated.
+
     Args:
         cond_fn: a function `cond_fn(t, y, args, **kwargs)`, or a PyTree of them, each
-            returning a scalar. A real value triggers where it changes sign during a
-            step: the solve ends at the crossing, located on the step's dense output to
-            machine precision in `t`. A boolean triggers on the first accepted step at
-            whose end it holds (or at `t0`): the solve ends at that step's end. The
-            keyword arguments are diffrax's: `terms`, `solver`, `t0`, `t1`, `dt0`,
-            `saveat`, `stepsize_controller`, `max_steps`.
+            returning a scalar (real or boolean); the keyword arguments are diffrax's.
         root_finder: accepted for diffrax code (e.g. an `optimistix.Newton`) and not
-            used: every real-valued crossing is located by odeckpt's own bracketed
-            Illinois iteration, to machine precision, whether or not one is given.
+            used: every crossing is located by odeckpt's own bracketed Illinois
+            iteration.
         direction: `None` (either way), `True` (upcrossings only: from `<= 0` to
             `> 0`), `False` (downcrossings only), or a PyTree of these shaped like
             `cond_fn`. Ignored for boolean conditions.
-
-    When several conditions trigger in one step, the one that crosses first wins
-    (ties: the first in `cond_fn`'s leaf order); `Solution.event_mask` says which.
-    See docs/events.md for how the time is located and differentiated.
 
     Raises:
         ValueError: for a `direction` not shaped like `cond_fn`, or whose leaves are

@@ -1,9 +1,5 @@
-"""Progress meters for long solves: host callbacks from inside the compiled loop.
-
-A meter costs nothing when off (`progress_meter=None`, the default): no callback is
-compiled in. When on, the loop calls back to Python every `refresh_steps` attempted
-steps with the fraction of `[t0, t1]` covered (under `jax.vmap`: the least advanced
-batch element), so it works under `jax.jit`.
+"""Progress meters for long solves: host callbacks from inside the compiled loop
+(`docs/usage.md`, "Progress").
 """
 
 import abc

@@ -64,9 +64,10 @@ class SaveAt(eqx.Module):
     """Which outputs a solve saves.
 
     `SaveAt(t0=, t1=, ts=, steps=, fn=)` is shorthand for
-    `SaveAt(subs=SubSaveAt(t0=, t1=, ts=, steps=, fn=))` (see `SubSaveAt` for each);
-    `subs` may be any PyTree of `SubSaveAt`s, and `sol.ts`, `sol.ys` follow its
-    structure.
+    `SaveAt(subs=SubSaveAt(t0=, t1=, ts=, steps=, fn=))`; `subs` may be any PyTree of
+    `SubSaveAt`s, and `sol.ts`, `sol.ys` follow its structure. Outputs are written to
+    buffers outside the checkpointed loop state, so checkpoint memory does not grow with
+    them.
 
     Args:
         t0, t1, ts, steps, fn: one `SubSaveAt`'s worth of outputs (see there).
@@ -76,10 +77,6 @@ class SaveAt(eqx.Module):
         solver_state: return the final solver state (`sol.solver_state`).
         controller_state: return the final controller state (`sol.controller_state`).
         made_jump: return whether the last step ended at a jump (`sol.made_jump`).
-
-    Saved outputs live in write-only buffers outside the checkpointed loop state, so
-    checkpointing memory does not grow with the number of outputs; with `fn`, only
-    `fn`'s output is kept.
 
     Raises:
         ValueError: `subs` together with `t0`, `t1`, `ts`, `steps` or `fn`; `subs`

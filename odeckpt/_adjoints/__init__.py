@@ -1,18 +1,8 @@
 """How reverse (or forward) mode goes through a solve: the adjoint methods.
 
 An adjoint chooses the loop the solve runs in (`AbstractAdjoint.loop`), and so how it
-is differentiated.
-
-- `base`: `AbstractAdjoint`, and the memory figures the sizing rules share.
-- `checkpoint`: `CheckpointAdjoint` (discretise-then-optimise through the checkpointed
-  loop) and its sizing rule.
-- `direct`: `DirectAdjoint` (both autodiff modes through a scan of `max_steps`).
-- `implicit`: `ImplicitAdjoint` (a steady state's derivative by the implicit function
-  theorem).
-- `forward_mode`: `ForwardMode` (a plain loop, for `jax.jvp`).
-- `continuous/`: `BacksolveAdjoint` and `InterpolatingAdjoint` (the adjoint ODE).
-- `reversible`: `ReversibleAdjoint` (a reversible solver's states reconstructed
-  backwards) and the loop it shares with `BacksolveAdjoint()` of a reversible solver.
+is differentiated. Modules: `docs/architecture.md`, layer 8; which adjoint to use:
+`docs/adjoints.md`.
 """
 
 from .base import (

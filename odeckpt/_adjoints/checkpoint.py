@@ -34,15 +34,13 @@ def useful_checkpoints(max_steps: int) -> int:
 class CheckpointAdjoint(AbstractAdjoint):
     """Discretise-then-optimise: the exact gradient of the numerical solution.
 
-    Reverse mode runs the solver's own steps backwards, storing at most `checkpoints`
-    solver states (the initial one included) and recomputing the rest. While the
-    forward pass runs, checkpoints are placed online (the number of steps is not
-    known in advance); the backward pass then reverses each interval between stored
-    states with the optimal binomial (Revolve) plan, in `n + t(n, c)` step evaluations
-    for n steps and c checkpoints when n is known. Each step is reversed by one VJP of
-    the step under the forward pass's recorded step-size decisions, so every checkpoint
-    count gives the same gradient. Works with `jax.grad`/`jax.vjp` and forward over
-    reverse; use `ForwardMode` for `jax.jvp`.
+    Reverse mode stores at most `checkpoints` states (the initial one included), placed
+    online, and recomputes the rest with the optimal binomial (Revolve) plan: `n + t(n,
+    c)` step evaluations for n steps and c checkpoints when n is known. Each step is
+    reversed by one VJP of the step under the forward pass's recorded decisions, so every
+    checkpoint count gives the same gradient. Works with `jax.grad`/`jax.vjp` and forward
+    over reverse; use `ForwardMode` for `jax.jvp`. See `docs/adjoints.md`,
+    "CheckpointAdjoint: how reverse mode works".
 
     Args:
         checkpoints: how many states to store. `None` sizes it from the memory they
@@ -52,9 +50,6 @@ class CheckpointAdjoint(AbstractAdjoint):
         memory_budget: bytes for stored states when `checkpoints=None` (default
             128 MiB for the checkpoints); whether the checkpoints also store an FSAL
             method's first stage.
-
-    See docs/adjoints.md ("CheckpointAdjoint: how reverse mode works") for the sizing
-    rule, the first stage, cost and memory.
 
     References:
         Griewank & Walther (2000), "Algorithm 799: Revolve", ACM TOMS 26(1).

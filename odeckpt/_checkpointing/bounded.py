@@ -1,13 +1,11 @@
 """`bounded_loop`: the loop as a scan of `max_steps` iterations, which JAX
 differentiates in both modes.
 
-Each iteration is a `lax.cond`: a step while the solve goes on, nothing after it ends.
-JAX differentiates a scan both ways, so `jax.grad` and `jax.jvp` both work through it;
-reverse mode stores every iteration's residuals (memory grows with `max_steps`, not
-with the steps taken). The outputs are not written step by step (a write loop whose
-length depends on the step is a while loop, which reverse mode cannot go through):
-the scan stacks every iteration's record and where its emitters' spans end, and each
-output row is then evaluated from the record of the step whose span holds it.
+Each iteration is a `lax.cond` (a step, or nothing once the solve has ended); reverse
+mode stores every iteration's residuals, so memory grows with `max_steps`. The scan
+stacks every iteration's record and emitter spans, and each output row is evaluated
+afterwards from the record of the step whose span holds it (a write loop of
+step-dependent length would be a while loop, which reverse mode cannot go through).
 """
 
 import equinox as eqx

@@ -1,22 +1,9 @@
 """The traced plan: the schedule decisions of `odeckpt.schedules` as int32 JAX code.
 
-`revolve_split` and `online_init`/`online_decide` (the greedy placement rule) make
-exactly the decisions of their plain-Python references in `odeckpt.schedules` (see that
-package for the definitions, the execution model and the rule); `tests/test_schedule_jax.py`
-checks them decision for decision. Everything here is int32 arithmetic on fixed-size
-arrays, with `jnp.where`/`lax` control flow only, so it runs under `jax.jit`, `jax.vmap`
-and inside `lax.while_loop` bodies. Binomials saturate at `schedules.SATURATION`;
-lengths and iteration counts must stay below it. The greedy rule's cost differences are
-O(n) in magnitude (at n = 10^6 they stay below 10^7), so int32 holds them for n up to
-about 10^8. Only the greedy rule is ported: the checkpointed loop selects no other
-(`schedules.online_decide` keeps the `"wang"` baseline in plain Python).
-
-References:
-    A. Griewank, A. Walther (2000), "Algorithm 799: Revolve: an implementation of
-    checkpointing for the reverse or adjoint mode of computational differentiation",
-    ACM Trans. Math. Softw. 26(1):19-45.
-    P. Stumm, A. Walther (2010), "New algorithms for optimal online checkpointing",
-    SIAM J. Sci. Comput. 32(2):836-854.
+`revolve_split` and `online_init`/`online_decide` (the greedy rule, the only one
+ported) make exactly the decisions of their plain-Python references, in int32 on
+fixed-size arrays, so they run under `jax.jit`, `jax.vmap` and inside loop bodies. See
+`docs/schedules.md`, "Where each part lives", for the references and the int32 limits.
 """
 
 import equinox as eqx

@@ -80,11 +80,9 @@ def replay_step(body: LoopBody, problem, state, decisions):
     """One step replayed from its recorded decisions, for its value only (no
     derivatives): an accepted step is recomputed, a rejected one is `body.skip`ped.
 
-    The backward pass's advances use this for large states only (those with windows
-    shorter than `WINDOW_STEPS`). For a small state the branch costs about what it
-    saves: on the 2-D damped oscillator at c = 16 the gradient ran as fast with it, and
-    `jit(grad)` took 7% longer to compile (0.25 s); on a 4096-point reaction-diffusion
-    problem it saves 6-11% of the gradient's time (measured)."""
+    Used by the backward pass's advances for large states only (`docs/performance.md`,
+    "Gradient wall time").
+    """
 
     def taped(problem, state, decisions):
         return body.step(problem, state, decisions)[0]

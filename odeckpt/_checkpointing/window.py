@@ -1,17 +1,8 @@
 """Windows: the checkpointed loop's passes work a few consecutive steps at a time.
 
-XLA's CPU runtime runs a while loop's body inline, without dispatching each kernel to
-its thread pool, only when the body is tiny or every buffer it touches is small (512
-bytes). So the loops that run once per step (forward steps, backward advances and
-reversals) touch only the state, the outputs, and a window of a few steps'
-recorded decisions and checkpoints; the max_steps-long buffers and the checkpoint
-slots are read and written by an outer loop, once per window.
-
-A window holds up to `WINDOW_STEPS` steps (32 rows of a 2-D state's leaf stay within
-512 bytes), fewer for large states: the backward pass keeps a window of w rows of
-checkpoints besides the c stored ones (its windows are w - 1 steps: a checkpoint may
-lie at each step's start and one more at the last step's end), and `WINDOW_BYTES`
-bounds what that costs.
+The loops that run once per step touch only the state, the outputs and a window of
+recorded decisions and checkpoints; the max_steps-long buffers are read and written
+once per window. See `docs/performance.md`, "Windows and packed checkpoints".
 """
 
 import equinox as eqx

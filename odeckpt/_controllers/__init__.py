@@ -1,18 +1,9 @@
 """Step-size controllers: the interface (`base`), and one module per controller.
 
-- `base`: `AbstractStepSizeController` (what `diffeqsolve` takes) and
-  `AbstractLoopController` (what the loop runs), `ControllerState`, `Decision`,
-  `rms_norm`.
-- `constant`: `ConstantStepSize`, and `UniformSteps`, its grid of equal steps.
-- `step_to`: `StepTo`.
-- `pid`: `PIDController` and its starting-step heuristic.
-- `clip`: `ClipStepSizeController` (steps landing on `step_ts`, restarting past
-  `jump_ts`) and `ClippedSteps`, its running form.
-- `landing`: how the last step lands on t1 (`t1_floor`, `stretched_to_end`).
-- `counting`: the step count known at trace time (`expected_step_count`).
-- `protocol`: diffrax's `init` / `adapt_step_size`, which every controller has.
-
-Adding a controller: docs/architecture.md ("Where to add").
+Besides the controllers: `landing` (how the last step lands on t1), `counting` (the
+step count known at trace time) and `protocol` (diffrax's `init` / `adapt_step_size`).
+See `docs/architecture.md` (layer 4, and "Where to add" a controller) and
+`docs/controllers.md`.
 """
 
 from .base import (

@@ -1,10 +1,8 @@
 """What a step-size controller is: the interface `diffeqsolve` and the loop see.
 
-Two levels: `AbstractStepSizeController` is what `diffeqsolve(stepsize_controller=...)`
-takes, and turns itself, once the interval is known, into the `AbstractLoopController`
-the loop runs (`for_solve`), which chooses the first step and decides on every attempted
-one in increasing internal time. Its decisions are not differentiated
-(`jax.lax.stop_gradient`). See docs/controllers.md.
+`AbstractStepSizeController` (what `diffeqsolve` takes) becomes, once the interval is
+known, the `AbstractLoopController` the loop runs (`for_solve`). See
+`docs/controllers.md`, "Two levels".
 """
 
 import abc

@@ -1,9 +1,8 @@
 """`ClipStepSizeController`: steps that land on given times (`step_ts`), and that stop
 just before the jumps of the vector field and start again just after them (`jump_ts`).
 
-A step clipped to a time moves with that time, so `jump_ts` may be traced and
-differentiated; the steps between two landing times keep their place in proportion to
-the interval. See docs/controllers.md for the rule and its derivatives.
+See `docs/controllers.md` ("Landing on times, and jumps of the vector field") for the
+rule and its derivatives.
 """
 
 import equinox as eqx

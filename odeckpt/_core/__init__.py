@@ -1,16 +1,8 @@
 """The bottom layer: types, result codes, and PyTree/array utilities that every other
 subpackage uses. Imports nothing from the rest of odeckpt.
 
-- `custom_types`: the type aliases (`Y`, `Args`, `RealScalarLike`).
-- `results`: `RESULTS`, the failure codes and their user-facing messages; raising them.
-- `closure`: closure conversion whose program compares by its text (the compiled
-  solve's cache key).
-- `concrete`: telling trace-time constants from traced values.
-- `batching`: primitives with their own `jax.vmap` rules for the loops.
-- `pack`: scalars packed into short vectors (the checkpoint record's layout).
-- `promotion`: explicit casts to the dtype standard promotion gives (strict mode).
-- `tree`: PyTree helpers: buffer rows, symbolic-zero cotangents, sizes, finiteness,
-  the real view `[Re, Im]` of complex leaves.
+Its modules (`custom_types`, `results`, `closure`, `concrete`, `batching`, `pack`,
+`promotion`, `tree`) are described in `docs/architecture.md`, layer 1.
 """
 
 from .batching import (

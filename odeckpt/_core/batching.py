@@ -1,11 +1,7 @@
-"""Primitives with their own `jax.vmap` rules, for the loops of the solve and its
-reverse passes: `any_in_batch`, a loop condition that stays unbatched; `min_in_batch`,
-the batch's least value, unbatched; `batched_like`,
-a loop's initial carry batched as it will end; and `batch_cond`, a `lax.cond` whose branches
-keep unbatched operands (the vector field's parameters) unbatched. `batch_size` reads,
-at trace time, how many batch elements a value is traced for. `batched_like` and
-`batch_cond` have custom JVPs, so that the JVP of a backward pass (second derivatives)
-batches correctly."""
+"""Primitives with their own `jax.vmap` rules, for the loops of the solve and its passes.
+
+Why each exists: `docs/performance.md`, "Loops under `jax.vmap`".
+"""
 
 import math
 
@@ -50,15 +46,10 @@ def _min_rule(axis_size, in_batched, x):
 
 
 def batched_like(tree, like):
-    """`tree` unchanged; under `jax.vmap`, with every leaf batched if any leaf of `like`
-    is.
+    """`tree` unchanged; under `jax.vmap`, with every leaf batched if any leaf of `like` is.
 
-    For the initial carry of a `lax.while_loop`. Under `jax.vmap` JAX finds which
-    carried values are batched by a fixpoint: it batches the body once, and again
-    whenever a carry that started unbatched comes out batched, recursively through
-    nested loops. A carry that starts as batched as it will end needs one pass, which
-    cuts the trace time of nested loops under `jax.vmap` (about 60% of it for a
-    vmapped neural ODE's gradient). Its JVP is the identity on the tangent.
+    For a `lax.while_loop`'s initial carry, so that JAX batches the body once
+    (`docs/performance.md`, "Loops under `jax.vmap`"). Its JVP is the identity.
     """
     leaves, treedef = jax.tree.flatten(tree)
     return jax.tree.unflatten(treedef, _batched_like(leaves, jax.tree.leaves(like)))
@@ -111,20 +102,10 @@ def _broadcast_like_rule(axis_size, in_batched, leaves, like):
 
 def batch_cond(pred, true_fn, false_fn, *operands):
     """`lax.cond(pred, true_fn, false_fn, *operands)`, with a `jax.vmap` rule that
-    leaves unbatched operands unbatched.
+    leaves unbatched operands unbatched (`docs/performance.md`, "Loops under `jax.vmap`").
 
-    Under `jax.vmap` with a batched `pred`, `lax.cond` runs both branches on operands
-    that it has all broadcast to the batch: a branch that reads the vector field's
-    parameters then works on one copy of the weights per batch element (batched
-    matrix products, where one product over the whole batch would do), in every
-    iteration of the loop around it. Here each branch is vmapped over the operands
-    that are batched and the outputs are selected; with an unbatched `pred` one
-    branch runs, vmapped the same way. Its JVP is a `batch_cond` of the branches'
-    JVPs (forward mode only: it cannot be transposed).
-
-    Non-array leaves of the operands are passed through as static values. The
-    branches must not close over traced values (pass those as operands) and must
-    return arrays only.
+    Forward mode only (its JVP cannot be transposed). Non-array operands pass through as
+    static values; the branches must not close over traced values and return arrays only.
     """
     dynamic, static = eqx.partition(operands, eqx.is_array)
     leaves, treedef = jax.tree.flatten(dynamic)
@@ -213,13 +194,8 @@ def batch_size(tree) -> int:
     """How many batch elements `tree` is traced for: the product of the sizes of the
     `jax.vmap`s that batch its leaves (the largest over leaves), 1 outside `jax.vmap`.
 
-    Asked of JAX through its public batching API at trace time: each leaf goes through
-    an identity with a `custom_vmap` rule, which JAX calls, while tracing, once for every
-    `jax.vmap` that batches the leaf, with that map's size (the rule re-applies the
-    identity, so an enclosing `jax.vmap` calls it in turn). The identity's result is
-    unused and never reaches the compiled program. `jax.grad`/`jax.jvp` around the code
-    are seen through (the leaf's gradient is stopped first). A function traced on its
-    own first (`jax.vmap(jax.jit(f))`) counts as unbatched.
+    Read at trace time through a `custom_vmap` identity (`docs/performance.md`, "Loops
+    under `jax.vmap`"); `jax.vmap(jax.jit(f))` counts as unbatched.
     """
     largest = 1
     for leaf in jax.tree.leaves(tree):

@@ -1,12 +1,9 @@
 """Closure conversion that a compiled solve can be reused for.
 
-`eqx.filter_closure_convert` makes the arrays a function closes over leaves of a
-PyTree, so that derivatives reach them; its traced program is a leaf compared by
-identity, so a solve holding one is compiled anew on every call. Here the program is
-compared by its text: two conversions with the same text are the same computation of
-their inputs and constants, so `diffeqsolve`'s compiled loop is reused across calls
-(as diffrax's `eqx.filter_jit` reuses it), and, since every array the function reads
-(closed over or global) is a constant passed in, never with stale values.
+`eqx.filter_closure_convert`'s traced program is a leaf compared by identity, so a
+solve holding one compiles anew on every call. Here the program compares by its text,
+so `diffeqsolve`'s compiled loop is reused across calls, and, since every array the
+function reads is a constant passed in, never with stale values.
 """
 
 import enum

@@ -1,14 +1,8 @@
 """A PyTree's scalar leaves packed into a few short vectors, and unpacked again.
 
-A checkpoint's small values (times, counters, controller memory, status) would
-otherwise be a dozen leaves, and every buffer a checkpoint moves through (the slots,
-a window of checkpoints) would cost a dozen scatters and slices per store or load:
-each one a kernel for XLA to compile and to run. Packed, they are a few vectors.
-
-Each vector holds at most `VECTOR_BYTES`: a window of checkpoints
-(`odeckpt._checkpointing.window.WINDOW_STEPS` rows) must stay within the 512 bytes under
-which XLA's CPU runtime runs a loop body inline (see that module), as a 2-D float64
-state's rows do.
+A checkpoint's small values (times, counters, controller memory, status) travel as a
+few vectors of at most `VECTOR_BYTES`, not a dozen leaves. See `docs/performance.md`,
+"Windows and packed checkpoints".
 """
 
 from typing import Any

@@ -1,15 +1,9 @@
 """The step pipeline: `Integrator` (one attempted step, its decisions, its outputs) and
 the records it shares with the loops, the adjoints and the Solution.
 
-- `state`: `State` (the loop state), `Problem` (what a step reads), `Checkpoint`,
-  `RecordedDecisions` (what a replayed step imposes), `Record` (what an accepted step
-  hands to the output writers).
-- `outputs`: the emitters of each `SubSaveAt`'s rows and of dense output, the records
-  of what they read (`SaveRequest`, `SaveLayout`) and of their buffers (`Outputs`).
-- `conditions`, `events`: the solve's `Event` inside the loop (`EventRequest`), the
-  step cut short at an event, and where the solve ended (`event_end`, `event_mask`).
-- `integrator`: `Integrator`, and where a step starts after a jump of the vector
-  field (`restart_after`, `fresh_stage`), for the replays of the continuous adjoints.
+Modules: `state` (the records), `outputs` (the emitters), `conditions` and `events`
+(the solve's `Event` inside the loop), `integrator`, `reconstruction`; see
+`docs/architecture.md`, layer 6 and "How a solve flows".
 """
 
 from .conditions import EventRequest as EventRequest

@@ -1,13 +1,9 @@
 """An event's conditions inside the solve, and where a step's crossing lies.
 
-All times here are the solver's internal time (increasing). A real-valued condition
-`g` crosses during a step when its sign changes between the step's ends; the crossing
-is the root of `h(s) = g(s, p(s))` on the step's dense output `p`, located by the
-Illinois method (regula falsi whose retained end's value is halved when it is kept
-twice, so both ends converge) to a bracket of a few ulp, and given the derivatives of
-the implicit function theorem at the root: `dt*/dθ = -(∂h/∂θ) / h'(t*)`, where θ is
-anything `h` depends on (the step's start, its coefficients, `args`). The iterations
-themselves are not differentiated.
+The crossing is the root of `h(s) = g(s, p(s))` on the step's dense output `p`, in
+internal time, located by the Illinois method and differentiated by the implicit
+function theorem at the root (the iterations are not differentiated). See
+`docs/events.md`, "How the time is located" and "Gradients".
 
 References:
     Dowell, M. and Jarratt, P. (1971). A modified regula falsi method for computing

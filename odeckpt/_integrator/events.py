@@ -1,12 +1,9 @@
 """Events in the step pipeline: whether a step triggers the solve's `Event`, and the
 step cut short at the event.
 
-An accepted step that triggers a condition ends at the earliest triggered crossing
-`t*` (a boolean condition's at the step's end): its state is the dense output there,
-its dense output is the same polynomial over `[t, t*]`, and the loop stops on
-`RESULTS.event_occurred`. Everything is a function of the step's inputs, so a replayed
-step repeats it bit for bit, and differentiating the step differentiates `t*` (by the
-implicit function theorem, see `conditions`) and the state at it.
+The step ends at the earliest triggered crossing `t*`, as a function of its inputs
+only, so a replayed step repeats it bit for bit. See `docs/events.md`, "How the time
+is located".
 """
 
 import equinox as eqx

@@ -381,12 +381,8 @@ over gets both this and the loops' skipping of rejected steps, which is harmless
 
 
 def _light_replay(problem: Problem, state: State) -> bool:
-    """Whether a replayed step skips error control: with a `replayable` controller
-    (whose decisions are all recorded, and whose memory nothing under a replay reads:
-    `PIDController`), for a state of at most `_LIGHT_REPLAY_BYTES`. There the error
-    norm and the NaN check are a good part of a step's work. For a larger state they
-    stay: the norm is the one reduction that reads every stage, and without it XLA
-    re-evaluates each stage inside every later one (1.25-1.5x the gradient's time on a
-    4096-point stencil)."""
+    """Whether a replayed step skips error control: with a `replayable` controller, for a
+    state of at most `_LIGHT_REPLAY_BYTES` (`docs/performance.md`, "Gradient wall time").
+    """
     size = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state.y))
     return problem.controller.replayable and size <= _LIGHT_REPLAY_BYTES

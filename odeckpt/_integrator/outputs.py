@@ -1,13 +1,10 @@
 """What the steps save: one `Emitter` per requested output, and `Outputs`, the record
 of their buffers that the Solution and the continuous adjoints read.
 
-Each `SubSaveAt` of the request has a `SaveLayout` (static: how many rows) and a
-`SaveRequest` (in the `Problem`: its save times and its `fn`, whose arrays gradients
-reach). Each emitter writes rows `j` of its own buffer for `j` in its span (see
-`odeckpt._checkpointing.Emitter`): `SaveAt(ts=...)` the rows of the save times a step
-crossed, `SaveAt(steps=n)` one row per `n`-th accepted step, dense output one row per
-accepted step. The `t0` and `t1` rows are not written by the steps: `build_solution`
-adds them.
+Each `SubSaveAt` has a `SaveLayout` (static: how many rows) and a `SaveRequest` (in
+the `Problem`: its save times and `fn`); its emitter writes the rows of its span. The
+`t0` and `t1` rows are added by `build_solution`. See `docs/architecture.md`, "How a
+solve flows", steps 4–5.
 """
 
 import functools as ft

@@ -1,17 +1,7 @@
-"""Paths through data and the interpolating polynomials of a step, with diffrax's
-names: global interpolation of measured data (`LinearInterpolation`,
-`CubicInterpolation` with `backward_hermite_coefficients`, and filling in missing
-data), to drive an ODE with it, and the local interpolations solvers declare as their
-dense output.
+"""Paths through data and the interpolating polynomials of a step, with diffrax's names.
 
-- `path`: `AbstractPath`, a function of time with `evaluate` and `derivative`.
-- `knots`: `AbstractGlobalInterpolation`; `AbstractPiecewise`, whose `evaluate` and
-  `derivative` run one compiled program each; finding the piece a time falls in.
-- `linear`, `cubic`: the two global interpolations.
-- `missing`: missing data (`NaN`): `linear_interpolation`, `rectilinear_interpolation`.
-- `hermite`: `backward_hermite_coefficients`.
-- `local`: `AbstractLocalInterpolation` and diffrax's local interpolation classes.
-- `checks`: the input checks and their messages.
+Modules (`path`, `knots`, `linear`, `cubic`, `missing`, `hermite`, `local`, `checks`):
+`docs/architecture.md`, layer 2; usage: `docs/interpolation.md`.
 """
 
 from .cubic import CubicInterpolation as CubicInterpolation

@@ -1,11 +1,10 @@
 """The input checks of the interpolation classes and functions, and their messages
 (`docs/errors.md` lists them).
 
-Structure (dimensions, lengths, PyTree structures) is checked at trace time. The order
-of the times is checked at trace time when `ts` is concrete, with the values in the
-message; the preprocessing functions (`linear_interpolation`, ...) check traced `ts`
-at run time through `eqx.error_if`, the classes only when `ts` is concrete (as they
-may be built inside a vector field, evaluated at every step)."""
+The order of `ts` is checked at trace time when concrete; otherwise the preprocessing
+functions check it at run time (`eqx.error_if`), and the classes not at all, as they
+may be built inside a vector field evaluated at every step.
+"""
 
 import equinox as eqx
 import jax

@@ -25,17 +25,12 @@ def backward_hermite_coefficients(
     differences through the data, for `CubicInterpolation(ts, coeffs)`.
 
     Each piece `[ts[i], ts[i + 1]]` is the cubic with the data's values at both ends,
-    the backward difference `(ys[i] - ys[i - 1]) / (ts[i] - ts[i - 1])` as its slope
-    at the start (`deriv0` at `ts[0]`) and the piece's own secant slope at the end.
-    The slopes therefore agree at every knot (the spline is continuously
-    differentiable), and the path up to `ts[i]` depends only on the data up to `ts[i]`.
-    By default the first piece is a straight line.
-
-    Missing data (`NaN`), channel by channel: the spline is that of the observed data
-    alone (across a gap, the one cubic from the last observation to the next), so it
-    is continuously differentiable everywhere and passes through every observation.
-    (diffrax restarts the cubic at each missing knot, which leaves jumps inside runs of
-    missing values.)
+    the backward difference `(ys[i] - ys[i - 1]) / (ts[i] - ts[i - 1])` as its slope at
+    the start (`deriv0` at `ts[0]`; by default the first piece is a straight line) and its
+    own secant slope at the end: continuously differentiable, and the path up to `ts[i]`
+    depends only on the data up to `ts[i]`. With missing data (`NaN`) it is the spline of
+    the observed data alone, channel by channel (`docs/interpolation.md`, "Differences
+    from diffrax").
 
     Args:
         ts: the observation times, strictly increasing, at least 2.

@@ -15,12 +15,9 @@ class LinearInterpolation(AbstractPiecewise):
     """Piecewise linear interpolation of data `ys` measured at times `ts`.
 
     Between `ts[i]` and `ts[i + 1]` the path is
-    `ys[i] + (ys[i + 1] - ys[i]) * (t - ts[i]) / (ts[i + 1] - ts[i])`.
-
-    As a forcing term in a vector field it is continuous but has a kink at every knot,
-    so an adaptive solver rejects steps that straddle a knot until they land near it
-    (and a fixed step loses an order of accuracy there). Stepping onto the knots, e.g.
-    `StepTo(ts)`, or smooth interpolation (`CubicInterpolation`) avoids both.
+    `ys[i] + (ys[i + 1] - ys[i]) * (t - ts[i]) / (ts[i + 1] - ts[i])`: continuous, with a
+    kink at every knot that adaptive steps stumble on; step onto the knots (`StepTo(ts)`)
+    or use `CubicInterpolation` (`docs/interpolation.md`, "Kinks and adaptive steps").
 
     Args:
         ts: the measurement times, increasing (a repeated time is a jump), at least 2;

@@ -1,30 +1,10 @@
 """The solvers: one-step and multistep methods behind one interface, `AbstractSolver`.
 
-Sorted by concept; each subpackage's `__init__` lists its modules.
-
-- `base`: `AbstractSolver` (odeckpt's stepping protocol, `init_state` and `attempt`,
-  and what the integrator asks of a method), `StepOutput`, and diffrax's abstract
-  marker classes (`AbstractAdaptiveSolver`, `AbstractImplicitSolver`, ...);
-  `diffrax_protocol`: diffrax's `init`/`step` over odeckpt's protocol, and back;
-  `dense`: `DenseStep`, the per-step dense-output polynomial;
-  `half`: `HalfSolver`, an error estimate for any solver from two half steps.
-- `runge_kutta/`: diffrax's Runge–Kutta classes, the generic explicit step, tableaux
-  and the order conditions that check them.
-- `explicit/`: one module per explicit method (an explicit Runge–Kutta method is its
-  tableau and its final class), and the partitioned `SemiImplicitEuler`.
-- `multistep/`: `LeapfrogMidpoint`.
-- `stiff/`: Rosenbrock, ESDIRK, Radau IIA and `ImplicitEuler`, each beside its tableau.
-- `imex/`: the IMEX additive Runge–Kutta methods, for `MultiTerm(explicit, implicit)`.
-- `reversible/`: `Reversible`, `ReversibleHeun`, `LinearisedStep`.
-- `root_finder/`: the simplified Newton iteration, `VeryChord`, and the Newton-based
-  solvers' shared settings (`AbstractNewtonSolver`).
-- `linear/`: dense linear algebra on the flattened state.
-
-`EXPLICIT`, `STIFF`, `IMEX` and `STATEFUL` are the registries of the concrete solvers; the
-tests read them.
-Adding an explicit Runge–Kutta method touches exactly: its own module
-`odeckpt/_solvers/explicit/<method>.py`, this file (one import line and one entry in
-`EXPLICIT`), and one export line in `odeckpt/__init__.py`.
+Sorted by concept, one folder each (`runge_kutta/`, `explicit/`, `multistep/`,
+`stiff/`, `imex/`, `reversible/`, `root_finder/`, `linear/`), with the protocol at the
+top (`base`, `diffrax_protocol`, `dense`, `half`): see `docs/architecture.md`, layer 3.
+`EXPLICIT`, `STIFF`, `IMEX` and `STATEFUL` are the registries of the concrete solvers
+that the tests read; adding a method: `docs/architecture.md`, "Where to add".
 """
 
 from .base import (

@@ -2,20 +2,8 @@
 method, `StepOutput`, and the abstract marker classes that say what kind of method a
 solver is.
 
-A solver provides `order`, `init_state` and `attempt`: they are abstract, so `abc`
-refuses to instantiate a class without them. diffrax's protocol, `init` and `step`, is
-derived from them, and a solver written against diffrax's protocol gets them from its
-`init` and `step` through one adapter, `AbstractDiffraxSolver` (both conversions are in
-`diffrax_protocol.py`). The markers carry diffrax's meaning, so that code which sorts
-solvers with `isinstance` sorts odeckpt's the same way:
-
-- `AbstractAdaptiveSolver`: the method makes an error estimate, so an adaptive step-size
-  controller can drive it;
-- `AbstractImplicitSolver`: each step solves nonlinear equations with a root finder
-  (`root_finder`, `root_find_max_steps`);
-- `AbstractItoSolver`, `AbstractStratonovichSolver`: the SDE solution the method would
-  converge to (odeckpt solves ODEs only; the marks follow diffrax's for the same method);
-- `AbstractWrappedSolver`: wraps another solver, and `isinstance` looks through it.
+See `docs/solver-internals.md`, "The stepping protocol", for the protocol, diffrax's
+derived from it, and the markers' meaning.
 """
 
 import abc
@@ -93,13 +81,10 @@ _METACLASS: dict[str, Any] = {"metaclass": _SolverMeta}
 class AbstractSolver(eqx.Module, **_METACLASS):
     """A one-step (or multistep) method. Concrete solvers are final.
 
-    A subclass provides `order`, `init_state` and `attempt`; the integrator asks nothing
-    else of it, and the other members have defaults. diffrax's `init` and `step` are
-    derived from `init_state` and `attempt`, so any solver can be stepped by hand as in
-    diffrax. A subclass written against diffrax's protocol instead (`order`, `init`,
-    `step`, `interpolation_cls`, as diffrax's docs write one) runs in `diffeqsolve`:
-    its class takes `AbstractDiffraxSolver`, which derives `init_state` and `attempt`
-    from them, as its first base.
+    A subclass provides `order`, `init_state` and `attempt` (or, written against
+    diffrax's protocol, `order`, `init`, `step` and `interpolation_cls`); the integrator
+    asks nothing else of it, and diffrax's protocol is derived from odeckpt's, or back.
+    See `docs/solver-internals.md`, "The stepping protocol".
 
     Attributes:
         term_structure: the terms the solver takes (`AbstractTerm` for every odeckpt
@@ -198,22 +183,19 @@ class AbstractSolver(eqx.Module, **_METACLASS):
 
     @property
     def carries_first_stage(self) -> bool:
-        """Whether the state the steps carry holds a vector-field evaluation that
-        `init_state` makes and the next step reads instead of evaluating it (FSAL
-        Runge–Kutta methods: the first stage `f(t, y)`, which the step before computed
-        as its last). A checkpoint restored by `init_state` then costs one evaluation,
-        unless it stores the state (`CheckpointAdjoint` decides from its memory budget).
-        False (the default) for a method whose step evaluates all it needs from
-        `(t, y)`: its restores cost nothing."""
+        """Whether the carried state holds a vector-field evaluation that `init_state` makes
+        and the next step reads (FSAL methods' first stage `f(t, y)`): a checkpoint restored
+        by `init_state` then costs one evaluation, unless it stores the state
+        (`docs/adjoints.md`, "The first stage"). False (the default): restores cost nothing.
+        """
         return False
 
     @property
     def state_rebuildable(self) -> bool:
-        """Whether `init_state(term, t, y, args)` rebuilds, bit for bit, the state that
-        the steps carry to `(t, y)` (true of one-step methods: Runge–Kutta's first stage
-        is `f(t, y)`). A checkpoint then stores `y` alone and recomputes the state; for
-        a solver whose state holds its past (`LeapfrogMidpoint`'s previous point,
-        `ReversibleHeun`'s `yhat`) a checkpoint stores the state too."""
+        """Whether `init_state(term, t, y, args)` rebuilds, bit for bit, the state the steps
+        carry to `(t, y)` (true of one-step methods). If not (`LeapfrogMidpoint`,
+        `ReversibleHeun`), a checkpoint stores the state besides `y`.
+        """
         return True
 
     @property
@@ -225,14 +207,9 @@ class AbstractSolver(eqx.Module, **_METACLASS):
 
 
 class AbstractDiffraxSolver(AbstractSolver):
-    """A solver written against diffrax's stepping protocol: a subclass provides
-    `order`, `init`, `step` and `interpolation_cls`, and odeckpt's `init_state` and
-    `attempt` are derived from them (`diffrax_protocol.py`).
-
-    A subclass of `AbstractSolver` whose body defines `init` or `step` and that inherits
-    no `init_state` or `attempt` takes this class as its first base, so a solver ported
-    from diffrax needs no change. Its `step` returns an error estimate, as diffrax lets
-    it, so an adaptive controller may drive it; its evaluations are not counted.
+    """A solver written against diffrax's stepping protocol: a subclass provides `order`,
+    `init`, `step` and `interpolation_cls`, and `init_state` and `attempt` are derived
+    from them (`docs/solver-internals.md`, "The stepping protocol").
     """
 
     @abc.abstractmethod

@@ -1,14 +1,9 @@
 """diffrax's stepping protocol over odeckpt's, and back: the one place the two meet.
 
-diffrax drives a solver with `init(terms, t0, t1, y0, args)` and `step(terms, t0, t1,
-y0, args, solver_state, made_jump) -> (y1, y_error, dense_info, solver_state, result)`,
-its dense output being `interpolation_cls(t0=t0, t1=t1, **dense_info)`. odeckpt's
-integrator drives `init_state(term, t0, y0, args)` and `attempt(term, t0, dt, y0,
-solver_state, args, dense) -> StepOutput`, its dense output a polynomial in the step
-fraction (`DenseStep`). `AbstractSolver.init`/`step` are the first two functions below,
-so that odeckpt's solvers can be stepped by hand as diffrax's docs show
-(`docs/usage/manual-stepping.md`); `AbstractDiffraxSolver.init_state`/`attempt` are the
-last two, so that a solver written against diffrax's protocol runs in `diffeqsolve`.
+`AbstractSolver.init`/`step` (the first two functions) let odeckpt's solvers be
+stepped by hand as diffrax's are; `AbstractDiffraxSolver.init_state`/`attempt` (the
+last two) let a solver written against diffrax's protocol run in `diffeqsolve`. See
+`docs/solver-internals.md`, "The stepping protocol".
 """
 
 import jax

@@ -1,21 +1,11 @@
-"""Every check of `diffeqsolve`'s inputs, and every message `docs/errors.md` lists for
-them (besides those raised where an object is built, e.g. `SaveAt(ts=...)`).
+"""Every check of `diffeqsolve`'s inputs, and every message `docs/errors.md` lists for them.
 
-Structural problems raise at trace time. Value problems raise at trace time too when
-the value is known then (a `ValueError` that quotes the values), and otherwise at run
-time through `eqx.error_if` (an `EquinoxRuntimeError`; `JaxRuntimeError` under plain
-`jax.jit`) with a short message. Each value check is one predicate `bad(xp, ...)`,
-evaluated with NumPy on concrete values and with `jax.numpy` on traced ones.
-
-The checks run in the order `diffeqsolve` calls them: `check_inputs`, `check_terms`,
-`check_times`,
-`check_vector_field`, `check_values`; an input with several problems reports the first.
-
-- `structure`: the structural checks (types, shapes, dtypes, which options go together).
-- `values`: the value checks and their predicates.
-- `autodiff`: which autodiff modes go through the adjoint (`check_autodiff`, last;
-  `check_reverse_mode` on the loop's output; `check_hvp_tangent` for `odeckpt.hvp`;
-  `tangent_guards`: the identities whose tangents carry those refusals).
+The checks run in the order `diffeqsolve` calls them (`check_inputs`, `check_terms`,
+`check_times`, `check_vector_field`, `check_values`, `check_autodiff` last), so an
+input with several problems reports the first. Each value check is one predicate
+`bad(xp, ...)`, evaluated with NumPy on concrete values and `jax.numpy` on traced ones.
+Modules: `docs/architecture.md`, layer 9; when each kind of problem raises:
+`docs/errors.md`.
 """
 
 from .autodiff import (

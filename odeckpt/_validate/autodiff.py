@@ -1,33 +1,10 @@
 """Which autodiff modes go through a solve, checked when `diffeqsolve` is traced.
 
-An adjoint either defines the solve's reverse mode (a custom VJP: `CheckpointAdjoint`,
-the continuous adjoints) or lets JAX run forward mode through a plain loop
-(`ForwardMode`); `AbstractAdjoint.forward_mode` says which. Second derivatives work
-forward-over-reverse (`jax.hessian`, `jax.jacfwd(jax.grad(f))`, `jax.jvp(jax.grad(f))`):
-JAX takes the JVP of the custom VJP's forward and backward passes. What JAX cannot do
-fails inside JAX with a message that names neither the cause nor the fix; here it
-fails at trace time with one that does:
-
-- forward mode (`jax.jvp`, `jax.jacfwd`) of a solve whose adjoint is a custom VJP: JAX
-  cannot push a tangent through a custom VJP (it only has the transpose);
-- reverse over reverse (`jax.grad` of a function that calls `jax.grad` through a
-  solve): the outer reverse pass would transpose the inner one's forward and backward
-  loops, again `lax.while_loop`s.
-
-The first is seen on the solve's inputs: their tracers are the ones `jax.jvp` traces
-with (told from those of `jax.vjp` by tracing an identity with each once); where the
-solve is traced without them (`jax.jvp(jax.jit(f))`, `jax.jacfwd(jax.jit(f))`, the
-linear function of `jax.linearize`), the inputs' tangents raise where they are
-evaluated, compiled or batched (`tangent_guards.refuse_forward`), just before JAX
-would meet the custom VJP. The second is seen where the outer pass linearises the
-values the inner reverse pass starts from (the solve's inputs as the inner pass's
-linearisation returns them, through an identity that refuses to be linearised again:
-`tangent_guards`), before it reaches the loops, whether the solve is compiled on its
-own (`jax.grad(jax.grad(jax.jit(f)))`) or not. Reverse mode of a `ForwardMode()`
-solve cannot be refused from the inputs (`jax.vjp` and `jax.linearize` trace a solve
-alike, and `jax.linearize` goes through it): the loop's outputs pass through an
-identity whose tangent refuses to be transposed (`tangent_guards.refuse_reverse`),
-which reverse mode meets before the loop.
+Forward mode through a custom-VJP adjoint and reverse over reverse are refused with a
+message naming what works, at trace time or where the tangent meets the guards of
+`tangent_guards`; reverse mode through `ForwardMode()` where JAX transposes the
+outputs. See `docs/adjoints.md`, "Autodiff modes", for the table, the reasons and
+where each refusal is raised.
 """
 
 import functools as ft
@@ -82,7 +59,7 @@ def check_autodiff(adjoint, problem, state0):
     """`(problem, state0)`, unchanged, after checking that the autodiff modes applied
     to them go through `adjoint`; raises `ValueError` naming what works otherwise.
     Their floating leaves pass through an identity that refuses, where JAX would fail
-    later (see the module docstring), forward mode and a second reverse pass."""
+    later (`docs/adjoints.md`, "Autodiff modes"), forward mode and a second reverse pass."""
     forward, reverse = _tracer_types()
     name = f"{type(adjoint).__name__}()"
     if adjoint.forward_mode:  # reverse mode: `check_reverse_mode` on the loop's output

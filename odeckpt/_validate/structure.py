@@ -1,5 +1,5 @@
 """The structural checks of `diffeqsolve`'s inputs (types, shapes, dtypes, which
-options go together), raised at trace time; see the package docstring."""
+options go together), raised at trace time; see `docs/errors.md`."""
 
 import warnings
 

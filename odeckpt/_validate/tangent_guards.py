@@ -1,33 +1,10 @@
 """Identities on a solve's values whose tangents refuse one use, with a message.
 
-JAX fails some autodiff modes of a solve only where it meets the loop or the custom VJP
-(evaluating a custom VJP's tangent, transposing a `lax.while_loop`), with a message
-that names neither the cause nor the fix. These identities put the refusal, with the
-message `autodiff.py` writes, where JAX would meet it, just before:
-
-- `refuse_forward` (on the inputs of a custom-VJP solve): the tangent goes through
-  `_forward_guard`, a linear primitive that raises when it is evaluated, compiled or
-  batched over tangents alone (`jax.jvp`, `jax.linearize`'s linear function,
-  `jax.jacfwd`, of a jitted solve too), and is transposed as the identity
-  (`jax.grad`, and forward over reverse, which only transposes it);
-- `refuse_reverse` (on the outputs of a `ForwardMode()` solve): the tangent goes
-  through `_reverse_guard`, an identity in forward mode (under `jax.jvp`, `jax.jacfwd`,
-  `jax.linearize`, compiled to nothing) whose transpose raises. Reverse mode transposes
-  the outputs' tangents before the loop's, so it meets this first;
-- `refuse_forward`'s linearisation (where a reverse pass of a custom-VJP solve starts
-  from its inputs): the inputs go through `_linearise_guard`, an identity whose JVP
-  raises where a second pass linearises it (its tangent is a partial-evaluation
-  tracer: `jax.grad`, `jax.vjp`, `jax.linearize` of a function that takes a gradient
-  through the solve, compiled on its own too) and is itself again otherwise (forward
-  over reverse: `jax.jvp`, `jax.jacfwd`, `jax.hessian`). A second pass evaluates the
-  first one's values in order, so it meets the guard before the loops that use them.
-
-Each is a primitive with its own JVP (itself again: forward over forward), `jax.vmap`
-rule and compilation rule, through JAX's public extension API (`jax.extend`,
-`jax.interpreters`). `_forward_guard` takes, besides the tangent, a size-0 view of
-the primal: its `jax.vmap` rule tells `jax.jacfwd` (tangents batched, the primal not)
-from reverse mode under `jax.vmap` (both batched), where the guard is batched before
-it is transposed.
+`refuse_forward` (`_forward_guard`, and `_linearise_guard` for reverse over reverse)
+and `refuse_reverse` (`_reverse_guard`) are primitives with their own JVP, `jax.vmap`
+and compilation rules that raise just before JAX would fail with a message naming
+neither cause nor fix. See `docs/adjoints.md`, "Autodiff modes" (where the refusals
+are raised).
 """
 
 import equinox as eqx

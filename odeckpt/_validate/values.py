@@ -1,5 +1,5 @@
 """The checks of input values (finite, ordered, in range): at trace time when the values
-are known then, else at run time through `eqx.error_if`; see the package docstring."""
+are known then, else at run time through `eqx.error_if`; see `docs/errors.md`."""
 
 from collections.abc import Callable
 

@@ -1,15 +1,10 @@
 """Checkpointing schedules for reversing a chain of steps: offline Revolve, online
 placement, mixed (state and tape) plans.
 
-This package is pure Python (it does not import JAX). It is the reference for the traced
-integer bookkeeping of the checkpointed loop (`odeckpt._checkpointing`), which must make
-the same decisions; the tests check it against this reference decision for decision.
-A run has `n` steps and `c` checkpoint slots, counting every stored state, the initial
-one included (as diffrax's `checkpoints` does); a full reversal costs `n + t(n, c)` step
-evaluations, `offline_plan(n, c).total`.
-
-See docs/schedules.md for the definitions, the execution model, the online placement
-rules, mixed plans, where each part lives and the references.
+Pure Python (no JAX), and the reference the traced loop's decisions are checked
+against. A run has `n` steps and `c` checkpoint slots, the initial state included; a
+full reversal costs `n + t(n, c)` evaluations, `offline_plan(n, c).total`. See
+`docs/schedules.md`.
 """
 
 from ._actions import (

@@ -1,10 +1,7 @@
 """Binomial theory of checkpointing: `beta`, repetition numbers, Revolve's costs and split.
 
-Every quantity of docs/schedules.md ("Definitions"): the
-binomial `beta(c, r)`, the repetition number, the fewest extra evaluations `t(n, c)` of a
-reversal, the offline optimum `n + t(n, c)`, the online lower bound, and Revolve's
-optimal advance distance `revolve_split`, computed with saturating integers so that the
-traced int32 port (`odeckpt._checkpointing`) makes the same decisions.
+Every quantity of `docs/schedules.md` ("Definitions"), computed with saturating
+integers so that the traced int32 port makes the same decisions.
 
 References:
     A. Griewank, A. Walther (2000), "Algorithm 799: Revolve: an implementation of

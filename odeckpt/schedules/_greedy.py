@@ -1,16 +1,9 @@
 """The greedy online placement rule (`kind="greedy"`, the default), and its incremental runner.
 
-At each iteration with every slot in use the rule picks the cheapest of: not storing, or
-storing state i in place of the checkpoint at stack index q (1 <= q < c), the cost of a
-choice being the increase of the backward cost `sum_j t(d_j, c - j)` for `n = i + 1`,
-evaluated through a lower envelope of `t` at the repetition levels around the current one
-(docs/schedules.md, "Online placement"). Ties go to storing, then to the earliest q.
-
 `_greedy_decide` is the reference, one decision from the state alone; `_GreedyRunner`
-makes the same decisions over i = 0, 1, ... incrementally (a deliberate fast path, see its
-docstring). Both share the cost terms (`_shift_gain`, `_merge_cost`), the final choice
-(`_greedy_pick`) and the store (`_evict`); the traced port in `odeckpt._checkpointing`
-is checked against `_greedy_decide` decision for decision.
+makes the same decisions over i = 0, 1, ... incrementally. Both share the cost terms
+(`_shift_gain`, `_merge_cost`), the choice (`_greedy_pick`) and the store (`_evict`).
+The rule and its measured cost: `docs/schedules.md`, "Online placement".
 
 References:
     P. Stumm, A. Walther (2010), "New algorithms for optimal online checkpointing",
@@ -140,17 +133,9 @@ def _greedy_decide(state: OnlineState, i: int) -> tuple[OnlineState, int]:
 class _GreedyRunner:
     """`_greedy_decide` over i = 0, 1, ..., incrementally: the same decisions, exactly.
 
-    A deliberate fast path: `online_slots` runs the rule for every step up to
-    `max_steps` when a checkpointed solve is traced, and the plans of the tests and
-    benchmarks run it for n up to 10^5. `_greedy_decide` recomputes every eviction cost
-    at each iteration (O(c) work); here most iterations are O(1).
-
-    The cost of evicting stack index q < c - 1 is `M[q] + sum_{q < j < c-1} G[j]` plus the
-    last segment's gain (`_inner_costs`), i.e. `key[q] + P[c-1]` with `P` the prefix sums
-    of `G` and `key[q] = M[q] - P[q+1]`. A store at q* changes `M`, `G` and `key` only from
-    index q* - 1 on, so only that tail (and the running minimum of `key`) is recomputed.
-    Everything else is `_greedy_decide`'s own code: the filling of the empty slots,
-    the level, the cost terms, the final choice (`_greedy_pick`) and the store (`_evict`).
+    A deliberate fast path (`online_slots` runs the rule up to `max_steps` when a
+    checkpointed solve is traced): most iterations are O(1) instead of O(c). See
+    `docs/schedules.md`, "Online placement" (the incremental runner).
     """
 
     def __init__(self, c: int):

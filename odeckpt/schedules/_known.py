@@ -1,13 +1,6 @@
 """Placement when the number of steps is known in advance (fixed step sizes).
 
-`known_slots` stores where Revolve's first sweep would (or where the greedy rule would,
-if that is cheaper for this n); `known_plan` is the resulting schedule, the offline
-optimum plus the forward pass's evaluation of the last step and a few restarts.
-
-References:
-    A. Griewank, A. Walther (2000), "Algorithm 799: Revolve: an implementation of
-    checkpointing for the reverse or adjoint mode of computational differentiation",
-    ACM Trans. Math. Softw. 26(1):19-45.
+See `docs/schedules.md`, "Known number of steps".
 """
 
 from __future__ import annotations
@@ -35,15 +28,10 @@ KNOWN_GREEDY_LIMIT = 2**19
 def known_slots(n: int, c: int) -> tuple[int, ...]:
     """The slot to store at each forward iteration i = 0..n-1 when n is known in advance.
 
-    With fixed step sizes the number of steps is known before the forward pass, so the
-    forward pass can store where the offline Revolve schedule's first sweep would (the
-    states `_revolve_positions(n, c)`, in slots 0, 1, ...) instead of guessing online.
-    The backward loop is the same as for online plans, so the cost is
-    `2n + sum_j t(d_j, c - j)` over the stored positions: it exceeds the offline optimum
-    `n + t(n, c)` only by the forward pass's evaluation of the last step and by
-    restarting the reversal from the stored states (measured: within 0.2% for n >= 1000,
-    c <= 128). The greedy online placement is used instead where it is cheaper (some
-    small n), compared while `n * c <= KNOWN_GREEDY_LIMIT`.
+    Stores where Revolve's first sweep would (or where the greedy rule would, if cheaper,
+    compared while `n * c <= KNOWN_GREEDY_LIMIT`); the backward loop is that of online
+    plans, so the cost is `2n + sum_j t(d_j, c - j)` over the stored positions. See
+    `docs/schedules.md`, "Known number of steps".
 
     Args:
         n: number of steps, `n >= 0`.

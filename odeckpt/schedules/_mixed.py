@@ -1,12 +1,8 @@
 """Mixed (stage-storing) schedules: checkpoints that hold a state or a step's tape.
 
-A *tape* of step i is what reversing step i needs without evaluating it again, and
-costs `tape_units` units of memory where a state costs one. `mixed_total` and
-`mixed_plan` are the optimum over states and tapes, by a dynamic programme over
-`G(n, m)` (the segment's start state stored) and `H(n, m)` (in hand, not stored); a
-schedule within `budget` units costs `H(n, budget)`, never more than Revolve's
-`optimal_total(n, budget)`. See docs/schedules.md ("Mixed schedules") for the
-recursion and the references (Maddison 2024; Zhang & Constantinescu 2021).
+`mixed_total` and `mixed_plan` are the optimum over states and tapes, by a dynamic
+programme over `G(n, m)` and `H(n, m)`; see `docs/schedules.md`, "Mixed schedules",
+for the recursion and the references.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """The backward loop of every plan and the offline (Revolve) schedule.
 
-`_backward` runs the backward loop of the execution model (docs/schedules.md) from a
-stack of checkpoints; from the stack `[0]` it is the offline Revolve schedule
-(`offline_plan`), of cost `n + t(n, c)` exactly. Online and known-step plans run it
-from the checkpoints their forward pass leaves.
+`_backward` runs the execution model's backward loop (`docs/schedules.md`) from a stack
+of checkpoints; from `[0]` it is `offline_plan`, of cost `n + t(n, c)` exactly.
 
 References:
     A. Griewank, A. Walther (2000), "Algorithm 799: Revolve: an implementation of

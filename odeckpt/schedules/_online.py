@@ -1,13 +1,8 @@
 """Online plans: `online_decide` and the forward pass's slots, survivors, totals and plans.
 
-`online_decide` dispatches to the placement rule of the state (`_greedy`, `_wang`).
-`online_slots`, `online_positions`, `online_total` and `online_plan` run a whole forward
-pass of n steps (the greedy rule through its incremental runner), and `online_plan` the
-backward loop (`_offline._backward`) from the checkpoints that survive it.
-
-References:
-    P. Stumm, A. Walther (2010), "New algorithms for optimal online checkpointing",
-    SIAM J. Sci. Comput. 32(2):836-854.
+`online_decide` dispatches to the state's placement rule; the others run a whole
+forward pass of n steps, and `online_plan` the backward loop from the survivors. See
+`docs/schedules.md`, "Online placement".
 """
 
 from __future__ import annotations

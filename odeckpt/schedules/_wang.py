@@ -1,10 +1,6 @@
-"""The dynamic checkpointing rule of Wang, Moin & Iaccarino (`kind="wang"`).
+"""The dynamic checkpointing rule of Wang, Moin & Iaccarino (`kind="wang"`), a baseline.
 
-Every state is stored; a full memory evicts the latest *dispensable* checkpoint (one
-with a lower level than a later checkpoint), else the most recent checkpoint, whose level
-the new one inherits plus one. Kept as a baseline: on this cost model it is worse than
-the greedy rule (`_greedy`). It has no traced port; the checkpointed loop uses the greedy
-rule.
+It has no traced port. See `docs/schedules.md`, "Online placement".
 
 References:
     Q. Wang, P. Moin, G. Iaccarino (2009), "Minimal repetition dynamic checkpointing

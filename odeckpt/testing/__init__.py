@@ -1,23 +1,10 @@
 """Check gradients and Hessians against finite differences: `check_grads`,
 `assert_grads_close`, `check_hessian` and `assert_hessian_close`.
 
-```python
-import odeckpt.testing
-
-def loss(params, y0):
-    sol = odeckpt.diffeqsolve(term, odeckpt.Tsit5(), 0.0, 1.0, 0.1, y0, params, ...)
-    return jnp.sum(sol.ys**2)
-
-odeckpt.testing.assert_grads_close(loss, params, y0, argnums=(0, 1))
-```
-
 The analytic gradient (or Hessian) of the floating-point array leaves of
 `args[argnums]` is compared with Richardson-extrapolated central differences, entry by
-entry (`mode="full"`) or along random directions (`mode="directional"`, for many
-parameters). An entry passes when `|analytic - FD| <= max(atol, rtol |FD|)`; a failing
-one is a `mismatch` or, where the differences are too noisy to decide,
-`inconclusive`: both fail. See docs/testing.md for what is compared, the steps, the
-verdicts and default tolerances, and the cost.
+entry or along random directions; an entry that fails is a `mismatch` or, where the
+differences are too noisy to decide, `inconclusive`. See `docs/testing.md`.
 """
 
 from collections.abc import Callable, Sequence
@@ -77,10 +64,9 @@ def check_grads(
             random directions over all leaves at once.
         num_directions: directions in directional mode.
         order: Richardson levels, at least 1: `order + 1` step sizes `h, 2h, …,
-            2^order h`, with `h = eps^(1/3) · max(|x|, s)`. The default 2 costs 6
-            evaluations per entry, with an error estimate 2-10x the actual FD error
-            on smooth functions; 1 costs 4, with an estimate up to ~25x pessimistic
-            where the third derivative dominates (so more `inconclusive`).
+            2^order h`, with `h = eps^(1/3) · max(|x|, s)`; `2 (order + 1)`
+            evaluations per entry. 1 gives a more pessimistic error estimate (more
+            `inconclusive`); see docs/testing.md, "Finite differences".
         rtol: relative tolerance; default `default_rtol(eps) = sqrt(eps)`.
         atol: absolute tolerance; default `rtol` times the largest `|FD|` of the leaf
             (of the directions, in directional mode).
@@ -155,9 +141,7 @@ def check_hessian(
     """Compare the Hessian of `fn` with finite differences of its gradient.
 
     The analytic Hessian is forward mode over the gradient (`ad` picks the gradient's
-    mode): `jax.jacfwd(jax.grad(f))`, i.e. `jax.hessian`, in full mode, and the
-    Hessian-vector products `jax.jvp(jax.grad(f), (x,), (v,))` in directional mode.
-    See "Second derivatives" in docs/testing.md.
+    mode); see "Second derivatives" in docs/testing.md.
 
     Args:
         fn, *args, argnums, cotangent, key, scale, batch_size: as for `check_grads`.

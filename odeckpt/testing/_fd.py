@@ -1,14 +1,8 @@
 """Finite-difference numerics behind `odeckpt.testing`: steps, extrapolation, verdicts.
 
 Plain NumPy in float64; no JAX. The callers evaluate the function; this module
-chooses where, and turns the values into derivative estimates with error bars.
-
-Every estimate is computed as a *residual*: at each step `Δ` the function values
-`F₊ = f(x₊)`, `F₋ = f(x₋)` are compared with the change `A` that the analytic
-gradient predicts for the very points evaluated (after rounding `x₊`, `x₋` to the
-leaf's dtype), `ρ(Δ) = (F₊ − F₋ − A) / Δ`. The residual is then extrapolated to
-`Δ = 0`. Working with residuals makes rounding of the perturbed inputs (which in
-float32 is ~`eps^(2/3)` relative to the step) cancel exactly.
+chooses where, and turns the values into derivative estimates (extrapolated
+residuals) with error bars: `docs/testing.md`, "Finite differences".
 """
 
 import dataclasses
@@ -28,14 +22,8 @@ would then name noise a wrong gradient."""
 
 
 def default_rtol(eps: float) -> float:
-    """The default relative tolerance for a working precision with machine epsilon `eps`.
-
-    `sqrt(eps)`, "half the digits": 1.5e-8 in float64, 3.5e-4 in float32, 3.1e-2 in
-    float16, 8.8e-2 in bfloat16. Central differences with Richardson extrapolation
-    reach ~`eps^(2/3)` relative on well-scaled functions (4e-11 in float64, 2.4e-5 in
-    float32), so this leaves an order of magnitude for conditioning, while a gradient
-    that is wrong by 1e-3 relative still fails in float32.
-    """
+    """The default relative tolerance for machine epsilon `eps`: `sqrt(eps)`, "half the
+    digits" (`docs/testing.md`, "Verdicts and default tolerances")."""
     return float(np.sqrt(eps))
 
 
@@ -52,11 +40,8 @@ def magnitude(x: np.ndarray, scale: float | None) -> np.ndarray:
 
 
 def smallest_step(eps: float) -> float:
-    """`eps^(1/3)`, relative to magnitude: where a central difference is most accurate.
-
-    It balances the truncation error (`∝ h²`) against the rounding error (`∝ eps/h`);
-    both are then ~`eps^(2/3)`. The larger steps of the ladder are there for
-    Richardson extrapolation and its error estimate.
+    """`eps^(1/3)`, relative to magnitude: where a central difference is most accurate
+    (`docs/testing.md`, "Finite differences").
     """
     return eps ** (1 / 3)
 

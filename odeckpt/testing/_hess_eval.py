@@ -1,11 +1,8 @@
 """Second derivatives against finite differences of the gradient, for `check_hessian`.
 
-The same scheme as `_fd_eval`, one derivative up: the "function" whose changes are
-measured is the gradient (a vector of all the differentiated entries), and the
-analytic change it is compared with is the Hessian's (forward mode over the gradient:
-`jax.jacfwd` in full mode, `jax.jvp` along each direction in directional mode). Each
-check compiles one program: the gradient at every perturbed point in one `lax.map`,
-and the analytic side.
+The scheme of `_fd_eval` one derivative up (`docs/testing.md`, "Second derivatives"):
+each check compiles one program, the gradient at every perturbed point in one
+`lax.map`, and the analytic side.
 """
 
 import functools

@@ -1,11 +1,9 @@
 """Continuous adjoints (optimise-then-discretise): the adjoint ODE solved backwards.
 
-- `base`: `AbstractContinuousAdjoint`, what both adjoints share.
-- `backsolve`: `BacksolveAdjoint` (`y` integrated backwards, re-anchored).
-- `interpolating`: `InterpolatingAdjoint` (`y` from the forward solve's dense output).
-- `vjp`: the continuous adjoint's VJP, the custom VJP both loops run under.
-- `tape`: what its forward pass records; `sweep`: its backward sweep;
-  `adjoint_ode`: the adjoint ODE and one Runge–Kutta step of it.
+Modules: `base` (what both adjoints share), `backsolve`, `interpolating`, `vjp` (the
+custom VJP both loops run under), `tape` (its forward pass), `sweep` (its backward
+sweep), `adjoint_ode`, `saved` and `event_jump`; see `docs/adjoints.md`, "The
+continuous adjoints".
 """
 
 from .backsolve import (

@@ -1,9 +1,7 @@
 """The adjoint ODE of a solve, and one explicit Runge–Kutta step of it.
 
-In backward time `s = -tau`, with `F` the vector field and `theta` the differentiated
-leaves: `dy/ds = -F`, `da/ds = (dF/dy)^T a`, `dg/ds = (dF/dtheta)^T a`, one `jax.vjp`
-of `F` per stage; `g`, which never enters the right-hand side, is a quadrature. `y` is
-integrated only by `BacksolveAdjoint`. See docs/adjoints.md ("The adjoint ODE").
+`dy/ds = -F`, `da/ds = (dF/dy)^T a`, `dg/ds = (dF/dtheta)^T a` in backward time, `g` a
+quadrature; see `docs/adjoints.md`, "The adjoint ODE".
 """
 
 import functools

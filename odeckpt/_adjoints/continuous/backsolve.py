@@ -42,15 +42,14 @@ def adjoint_rms_seminorm(x) -> jax.Array:
 class BacksolveAdjoint(AbstractContinuousAdjoint):
     """Continuous adjoint that integrates `y` backwards alongside the adjoint.
 
-    The backward pass solves the augmented system `(y, a, g)` from `t1` to `t0`
-    (`a = dL/dy`, `g = dL/dtheta`), adding the cotangent of every saved output to `a`
-    where it was saved. `y` is re-anchored to the forward solution wherever one is
-    stored (every `SaveAt(ts)`/`SaveAt(steps)` output and every
-    `max_steps // checkpoints`-th accepted step) and measured against it there: where
-    it has left it (a damped system, integrated backwards) the gradient is refused,
-    never returned wrong. Of a reversible solver without `solver=`, the backward pass
-    is the discrete adjoint instead (`CheckpointAdjoint`'s gradient in O(1) memory).
-    Works with `jax.grad`/`jax.vjp` and `jax.vmap`; not `jax.jvp` (use `ForwardMode`).
+    The backward pass solves `(y, a, g)` from `t1` to `t0` (`a = dL/dy`, `g =
+    dL/dtheta`), re-anchoring `y` to the forward solution wherever one is stored and
+    refusing the gradient, never returning it wrong, where `y` has left it (a damped
+    system integrated backwards). Memory: one `y` per anchor. Of a reversible solver
+    without `solver=`, the backward pass is the discrete adjoint instead
+    (`CheckpointAdjoint`'s gradient in O(1) memory). Works with `jax.grad`/`jax.vjp` and
+    `jax.vmap`; not `jax.jvp` (use `ForwardMode`). See `docs/adjoints.md`, "The continuous
+    adjoints".
 
     Args:
         solver: Runge–Kutta method for the adjoint ODE; `None`: the forward solver.
@@ -69,9 +68,6 @@ class BacksolveAdjoint(AbstractContinuousAdjoint):
             beyond which the reconstruction has left the forward solution (default
             100): the backward pass then raises (`throw=True`) or returns NaN.
         throw: `None` follows `diffeqsolve(throw=...)`.
-
-    See docs/adjoints.md for the backward pass's steps, when it fails, the reversible
-    solver's discrete adjoint, cost and memory.
 
     References:
         Chen, Rubanova, Bettencourt & Duvenaud (2018), "Neural ordinary

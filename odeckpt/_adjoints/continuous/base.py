@@ -1,12 +1,8 @@
 """What the continuous adjoints share: `AbstractContinuousAdjoint`.
 
-Both differentiate a solve by solving the adjoint ODE backwards in time
-(optimise-then-discretise) instead of reversing the solver's own steps. The loop is a
-`filter_custom_vjp` over `(problem, state0)`: its forward pass is `forward_loop`,
-recording the accepted step times and anchors as it goes (`tape`); its backward pass
-sweeps the adjoint ODE from the end of the solve down to `t0` (`sweep`), adding the
-cotangent of every saved output at the time it was saved. What they differentiate and
-what they refuse: docs/adjoints.md.
+The loop is a `filter_custom_vjp` over `(problem, state0)` (`vjp`): `forward_loop`
+recording a `tape`, then a `sweep` of the adjoint ODE down to `t0`. What they
+differentiate and what they refuse: `docs/adjoints.md`, "The continuous adjoints".
 """
 
 import abc

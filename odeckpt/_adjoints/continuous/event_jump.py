@@ -1,12 +1,8 @@
 """The event's jump term: where the continuous adjoint starts when an `Event` ended the solve.
 
-The solve ends at `t*`, where the condition `g` that fired crosses zero, and both
-`y(t*)` and `t*` move with `theta`. With `T = tbar + ybar . f(t*, y*)` and
-`gdot = dg/dt + dg/dy . f(t*, y*)`, the adjoint ODE starts at `t*` from
-`a(t*) = ybar - T dg/dy / gdot`, and `theta` receives `-T dg/dtheta / gdot` at once
-(all in the solver's internal, increasing time). A boolean condition, and a tangential
-crossing (`gdot = 0`), add nothing. See docs/events.md ("The jump term of the
-continuous adjoints") for the derivation and the references.
+A boolean condition, and a tangential crossing (`gdot = 0`), add nothing. See
+`docs/events.md`, "The jump term of the continuous adjoints", for the formula, its
+derivation and the references.
 """
 
 from typing import cast

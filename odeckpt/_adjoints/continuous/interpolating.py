@@ -23,28 +23,24 @@ from .tape import Tape, TapePlan
 class InterpolatingAdjoint(AbstractContinuousAdjoint):
     """Continuous adjoint whose `y(t)` comes from the forward solve, never backwards.
 
-    The backward pass solves the adjoint system `(a, g)` from `t1` to `t0`, reading
-    `y(t)` from the forward solver's dense output. Either every accepted step's
-    polynomial is stored during the forward pass, or `checkpoints` forward states
-    are, and the backward pass re-solves each interval between them forwards (on
-    the forward pass's own step times: exactly the same `y`) before sweeping it.
-    Stable on damped systems, unlike `BacksolveAdjoint`. Works with
-    `jax.grad`/`jax.vjp` and `jax.vmap`; not `jax.jvp` (use `ForwardMode`).
+    The backward pass solves `(a, g)` from `t1` to `t0`, reading `y(t)` from the forward
+    solver's dense output: every accepted step's polynomial stored, or `checkpoints`
+    forward states from which each interval is re-solved (on the forward pass's own step
+    times: exactly the same `y`). Stable on damped systems, unlike `BacksolveAdjoint`.
+    Works with `jax.grad`/`jax.vjp` and `jax.vmap`; not `jax.jvp` (use `ForwardMode`).
+    See `docs/adjoints.md`, "Which adjoint?" (memory and compute) and "The continuous
+    adjoints".
 
     Args:
-        checkpoints: forward states to store (`y` and its first stage). `None`: if
-            every step's dense polynomial fits in `memory_budget` (for the whole
-            batch when the solve is traced inside `jax.vmap`), store those (no
-            re-solve); otherwise `c = ceil(sqrt(max_steps * D / A))`, which
-            minimises the `c * A + (max_steps / c) * D` bytes held at once (`A`:
-            one state, `D`: one step's polynomial). `checkpoints >= max_steps`
-            stores every polynomial.
+        checkpoints: forward states to store (`y` and its first stage). `None`: every
+            step's polynomial if they fit in `memory_budget` (the whole batch under
+            `jax.vmap`), else `c = ceil(sqrt(max_steps * D / A))` (`A`: one state, `D`:
+            one step's polynomial), which minimises the bytes held at once.
+            `checkpoints >= max_steps` stores every polynomial.
         solver, stepsize_controller, seminorm, throw: as for `BacksolveAdjoint`.
         memory_budget: bytes for stored polynomials when `checkpoints=None`
             (default 16 MiB, `STORE_EVERY_STEP_BYTES`: the store is zero-filled by
             every gradient, whatever the number of steps taken).
-
-    See docs/adjoints.md for the backward pass's steps, cost and memory.
 
     References:
         Chen, Rubanova, Bettencourt & Duvenaud (2018), "Neural ordinary

@@ -1,11 +1,9 @@
 """The saved outputs in the continuous adjoint's backward pass: their marks.
 
-Each `SubSaveAt`'s rows (`SaveAt(ts=...)` and `SaveAt(steps=n)`) become a `Marks` list:
-on arrival at a row's time the sweep adds that row's cotangent with respect to `y` to
-`a` (and `BacksolveAdjoint` re-anchors `y` to the forward `y` saved there). A row
-holds `fn(t, y(t), args)`; its cotangent `c` reaches `y` as `(d fn / dy)^T c`, and
-`args` and the arrays `fn` holds as `(d fn / d args)^T c` and `(d fn / d params)^T c`,
-which do not depend on the adjoint ODE and are summed over the rows at once.
+Each `SubSaveAt`'s rows become a `Marks` list: at a row's time the sweep adds the row's
+cotangent `c` pulled back to `y`, `(d fn / dy)^T c`, to `a` (and `BacksolveAdjoint`
+re-anchors `y` there). The parts reaching `args` and the arrays `fn` holds do not
+depend on the adjoint ODE and are summed over the rows at once.
 """
 
 import equinox as eqx

@@ -1,11 +1,9 @@
 """The backward sweep of a continuous adjoint: the adjoint ODE from a time down to `lo`.
 
-The sweep stops at every mark on its way (`Marks`): output times, where the cotangent
-of the saved output is added to `a`; anchors, where `BacksolveAdjoint`'s `y` is
-checked against the forward solution and reset to it; and, on the forward grid,
-every accepted step time. Between stops it takes either one step of the adjoint
-ODE (forward grid: the backward pass costs what the forward pass did, whatever the
-cotangent's size) or as many adaptive steps as its own controller asks for.
+The sweep stops at every mark (output times, anchors, and on the forward grid every
+accepted step time); between stops it takes one step of the adjoint ODE (forward
+grid) or the adaptive steps its own controller asks for. See `docs/adjoints.md`,
+"The backward pass's steps".
 """
 
 import equinox as eqx
@@ -153,13 +151,9 @@ def _after_step(sw: Sweep, tau, step: AdjointStep) -> Sweep:
 
 
 def _too_stiff(ctx: SweepContext, sw: Sweep, step: AdjointStep, dt) -> jax.Array:
-    """Whether a forward-grid step is too stiff for the adjoint: `h rho` beyond the
-    stiff limit, `rho` estimated from the last two stages (as Hairer & Wanner's
-    stiffness detection does), with that stiff part above tolerance.
-
-    The forward pass's steps on a stiff problem sit at the method's stability limit,
-    which the forward pass can afford because the fast modes of `y` have decayed below
-    `atol`; a saved output's cotangent puts O(1) into the same modes of `a`.
+    """Whether a forward-grid step is too stiff for the adjoint: `h rho` beyond the stiff
+    limit, `rho` estimated from the last two stages, with that stiff part above tolerance
+    (`docs/adjoints.md`, "The backward pass's steps").
     """
     if ctx.stiff_limit is None or step.probe is None:
         return jnp.asarray(False)

@@ -1,19 +1,10 @@
-"""The forward pass of a continuous adjoint: `forward_loop`, recording as it goes.
+"""The forward pass of a continuous adjoint: `forward_loop` over `(State, Tape)`, recording.
 
-What the backward pass needs besides the saved outputs:
-
-- the accepted step times (`grid`, `max_steps + 1` scalars): the backward pass can
-  step exactly across them, and replays steps between anchors on them (restarting
-  past a jump where the controller did);
-- every `every`-th accepted state (`anchor_t`, `anchor_y`, and the solver state
-  `anchor_k` when steps are replayed from there): anchors for `BacksolveAdjoint`,
-  replay starts for `InterpolatingAdjoint`;
-- or every accepted step's dense polynomial (`dense`), when it all fits in memory;
-- `y` itself at the rows of each `SubSaveAt` whose `fn` is not `save_y` (`saved_y`):
-  the backward pass pulls the outputs' cotangents back through `fn` there.
-
-The loop is `forward_loop` itself, over a state `(State, Tape)`: the solve's own
-steps and output buffers are exactly those of `forward_loop`.
+The tape holds the accepted step times (`grid`), every `every`-th accepted state as an
+anchor (`anchor_t`, `anchor_y`, and `anchor_k` when steps are replayed from there) or
+every step's dense polynomial (`dense`), and `y` at the rows of each `SubSaveAt` whose
+`fn` is not `save_y` (`saved_y`). The solve's own steps and buffers are exactly
+`forward_loop`'s.
 """
 
 import dataclasses

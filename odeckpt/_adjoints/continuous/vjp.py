@@ -1,19 +1,11 @@
-"""The continuous adjoint's VJP: the custom VJP that both continuous adjoints run.
+"""The continuous adjoint's VJP: `continuous_loop`, `forward_loop` with a reverse mode
+that solves the adjoint ODE.
 
-(The discrete adjoint's backward pass, `CheckpointAdjoint`'s, is the checkpointed
-loop's own VJP in `odeckpt._checkpointing`.)
-
-`continuous_loop` is `forward_loop` with a reverse mode that solves the adjoint ODE.
-Its forward pass (`_vjp_forward_pass`) records the accepted step times and anchors
-(`tape`). Its backward pass (`_vjp_backward_pass`) builds the marks (outputs,
-anchors, the forward grid) and the adjoint's right-hand side, asks the adjoint to
-sweep from the end of the solve down to `t0` (`sweep`), and returns dL/dy0 and
-dL/dtheta (`theta`: the differentiated leaves of the vector field and `args`), or
-NaN / an error where the sweep failed.
-
-The adjoint is passed as a value (an `AbstractContinuousAdjoint`) with these methods:
-`integrates_y()`, `diverged(sweep)`, `give_up_above()`, `sweep(ctx, field, sweep,
-inputs)`, and the fields `solver`, `stepsize_controller`, `seminorm`, `throw`.
+Its forward pass records a `tape`; its backward pass builds the marks and the
+right-hand side, asks the adjoint (passed as a value: `integrates_y()`,
+`diverged(sweep)`, `give_up_above()`, `sweep(...)`, `solver`, `stepsize_controller`,
+`seminorm`, `throw`) to sweep down to `t0`, and returns dL/dy0 and dL/dtheta, or NaN /
+an error where the sweep failed. See `docs/architecture.md`, "How a solve flows", step 8.
 """
 
 import equinox as eqx

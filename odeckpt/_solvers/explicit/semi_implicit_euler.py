@@ -1,15 +1,6 @@
 """`SemiImplicitEuler`: the symplectic Euler method for partitioned systems.
 
-For `y = (q, p)` with `dq/dt = f(t, p)`, `dp/dt = g(t, q)`, a step is explicit Euler on
-`q`, then on `p` with the new `q`: order 1 and symplectic, so on a Hamiltonian system
-the energy error stays bounded. It takes the two terms as a tuple (its
-`term_structure`) and makes no error estimate (`docs/solver-internals.md`, "The symplectic Euler
-method").
-
-References:
-    E. Hairer, C. Lubich & G. Wanner, *Geometric Numerical Integration*, 2nd ed.,
-    Springer, 2006: I.1.2 (the symplectic Euler method), VI.3 (symplecticity), IX.8
-    (long-time energy conservation).
+See `docs/solver-internals.md`, "The symplectic Euler method".
 """
 
 from typing import ClassVar, final

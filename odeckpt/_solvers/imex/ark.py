@@ -1,18 +1,9 @@
 """IMEX additive Runge–Kutta solvers: `KenCarp3`, `KenCarp4`, `KenCarp5`, `Sil3`.
 
-They solve `y' = f_E(t, y) + f_I(t, y)`, given as `MultiTerm(ODETerm(f_E),
-ODETerm(f_I))`, with the first term explicit and the second implicit, the stages of
-both parts sharing their values (`ark_tableaux.ImexTableau`). Each implicit slope is
-solved by simplified Newton (`root_finder/newton.py`) with the Jacobian of the implicit
-term alone, formed afresh every step; nothing is carried between steps
-(`docs/solver-internals.md`, "IMEX additive methods").
-
-References:
-    C. A. Kennedy & M. H. Carpenter (2003), "Additive Runge–Kutta schemes for
-    convection–diffusion–reaction equations", Appl. Numer. Math. 44, 139–181.
-    J. S. Whitaker & S. K. Kar (2013), "Implicit–explicit Runge–Kutta methods for
-    fast–slow wave problems", Mon. Weather Rev. 141(10), 3426–3434.
-    E. Hairer & G. Wanner, *Solving Ordinary Differential Equations II*, IV.8.
+For `MultiTerm(ODETerm(f_E), ODETerm(f_I))`: the first term explicit, the second
+implicit (simplified Newton with the implicit term's Jacobian, formed afresh every
+step). See `docs/solver-internals.md`, "IMEX additive methods"; the references are on
+each class.
 """
 
 from typing import TYPE_CHECKING, Any, ClassVar, final

@@ -1,14 +1,7 @@
-"""Coefficients of the implicit-explicit (IMEX) additive Runge–Kutta methods: Kennedy &
-Carpenter's ARK3(2)4L[2]SA, ARK4(3)6L[2]SA, ARK5(4)8L[2]SA (`KenCarp3/4/5`) and
-Whitaker & Kar's IMEX method (`Sil3`).
-
-An additive method solves `y' = f_E(t, y) + f_I(t, y)` with one explicit tableau for
-`f_E` and one diagonally implicit tableau for `f_I` that share their stage values
-(see `ImexTableau`). Each tableau is checked when it is defined, with the coloured-tree
-conditions of `order_conditions.additive_defects`: each part's own order conditions
-and the coupling conditions between them, up to the method's order, for the solution,
-the embedded method and the dense output. A transcription error in any coefficient
-breaks a condition of low order, so the checks catch it at import time.
+"""Coefficients of the IMEX additive Runge–Kutta methods (`KenCarp3/4/5`, `Sil3`),
+checked when defined against the additive order conditions (each part's and the
+coupling ones, up to the method's order, for the solution, the embedded method and the
+dense output), so a transcription error fails at import time.
 
 References:
     C. A. Kennedy & M. H. Carpenter (2003), "Additive Runge–Kutta schemes for

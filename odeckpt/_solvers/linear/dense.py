@@ -1,11 +1,7 @@
 """Dense linear algebra for the implicit solvers, on the flattened state.
 
-A PyTree state is flattened into one real vector (complex leaves as their real view), so
-Jacobians are plain real `(n, n)` matrices, factorised once (LU with partial pivoting)
-for every right-hand side of a step; small systems use the inverse formed from that LU.
-Dense matrices suit systems up to a few hundred unknowns (`docs/solver-internals.md`, "Dense
-linear algebra", gives the measurements); larger or sparse ones want a Krylov method,
-which belongs beside this module in `linear/`.
+See `docs/solver-internals.md`, "Dense linear algebra"; a Krylov method for larger or
+sparse systems belongs beside this module in `linear/`.
 """
 
 import functools as ft
@@ -92,7 +88,8 @@ def stop_gradients(tree):
 
 
 SMALL = 16
-"""Up to this many unknowns, solves apply an explicit inverse (see the module docstring)."""
+"""Up to this many unknowns, solves apply an explicit inverse (`docs/solver-internals.md`,
+"Dense linear algebra")."""
 
 
 class Factorisation(eqx.Module):

@@ -1,9 +1,5 @@
 """`LeapfrogMidpoint`: the two-step leapfrog/midpoint method, a solver that carries its
 previous point.
-
-References:
-    L. F. Shampine (2009), "Stability of the leapfrog/midpoint method", Applied
-    Mathematics and Computation 208(1), 293-298.
 """
 
 from typing import final

@@ -1,12 +1,5 @@
 """The implicit stage solve of the ESDIRK, IMEX and implicit Euler methods: simplified
-Newton, differentiated implicitly.
-
-A stage solves `k = f(t, base + hg k)` for its slope `k` by a chord iteration with the
-step's factorised `I - hg J`, refreshing `J` and restarting once when it diverges or
-stalls, and stops by Hairer & Wanner's rule (IV.8). Derivatives do not go through the
-iterations: a custom JVP applies the implicit function theorem at the converged slope.
-`docs/solver-internals.md` ("The stage iteration") gives the stopping rule and the derivative's
-cost.
+Newton, differentiated implicitly (`docs/solver-internals.md`, "The stage iteration").
 
 References:
     E. Hairer & G. Wanner, *Solving Ordinary Differential Equations II*, IV.8
@@ -23,7 +16,7 @@ from odeckpt._solvers.linear import dense as la
 
 
 class NewtonOptions(eqx.Module):
-    """Stopping rule of the stage iterations (see the module docstring)."""
+    """Stopping rule of the stage iterations (`docs/solver-internals.md`, "The stage iteration")."""
 
     rtol: float
     atol: float
@@ -66,7 +59,7 @@ class _Iterate(eqx.Module):
 
 
 def verdict(size, prev, eta, count, max_iters: int):
-    """The stopping rule of the module docstring, after an iteration.
+    """The stopping rule (`docs/solver-internals.md`, "The stage iteration"), after an iteration.
 
     Args:
         size: the scaled RMS norm `|dz_k|` of this iteration's increment.
@@ -152,7 +145,7 @@ def solve_stage(
 
         _, linear = jax.linearize(residual, *primals[:4], k)
         rhs = linear(*tangents[:4], jnp.zeros_like(k))
-        # The matrix from the transpose (see the module's docstring).
+        # The matrix from the transpose (`docs/solver-internals.md`, "The stage iteration").
         transposed = jax.linear_transpose(linear, *primals[:4], k)
         basis = jnp.eye(k.shape[0], dtype=k.dtype)
         matrix = jax.vmap(lambda e: transposed(e)[-1])(basis)
@@ -169,13 +162,8 @@ def solve_stage(
 def _solve_with_restart(f, stage: Stage, guess, lu, eta0, options: NewtonOptions):
     """Chord Newton; on failure, refresh the Jacobian at the guess and restart once.
 
-    The restart sits in a `while_loop` rather than a `cond`, so that under `vmap` it
-    runs only when some batch member failed (a batched `cond` runs both branches). The
-    refreshed Jacobian's products are taken along a basis scaled by a 1 read through
-    the loop counter: what a loop body computes from loop-invariant inputs alone is
-    hoisted out of the loop by XLA, which would form and factorise the refreshed
-    Jacobian at every stage, whether it restarts or not (it tripled the cost of a
-    `Kvaerno5` step on 256 unknowns).
+    Why a `while_loop`, and the counter-scaled basis (`unit`): `docs/solver-internals.md`,
+    "The stage iteration".
     """
     first = _chord(f, stage, guess, lu, eta0, options)
 
@@ -185,7 +173,7 @@ def _solve_with_restart(f, stage: Stage, guess, lu, eta0, options: NewtonOptions
 
     def restart(carry):
         _, _, restarts = carry
-        unit = jnp.where(restarts >= 0, 1, 0)  # always 1; see above
+        unit = jnp.where(restarts >= 0, 1, 0)  # always 1; see the docstring
         jac = la.jacobian(f, stage.t, stage.base + stage.hg * guess, unit)
         fresh = la.factor(la.shifted(jac, stage.hg))
         return _chord(f, stage, guess, fresh, jnp.ones_like(eta0), options), fresh, restarts + 1

@@ -1,10 +1,6 @@
 """How the implicit solvers are told to solve their stage equations: one constructor for
-every solver that uses `newton.py` (the ESDIRKs, `ImplicitEuler`), and the Newton
-matrix of a step.
-
-Two spellings are accepted, not both: odeckpt's `Solver(rtol, atol, max_iters)` (the
-effective tolerances of the stage iterations) and diffrax's
-`Solver(root_finder=VeryChord(rtol, atol), root_find_max_steps=10)`.
+every Newton-based solver (`AbstractNewtonSolver`, accepting odeckpt's spelling or
+diffrax's), and the Newton matrix of a step.
 """
 
 from odeckpt._solvers.base import AbstractImplicitSolver

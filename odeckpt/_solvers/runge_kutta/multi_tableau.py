@@ -1,18 +1,8 @@
 """`MultiButcherTableau`: one Butcher tableau per term of a `MultiTerm`, as diffrax
-defines user methods with it (`class X(AbstractRungeKutta): tableau =
-MultiButcherTableau(explicit_1, explicit_2, ...)`), and the additive step it defines.
+defines user methods with it, and the additive step it defines.
 
-The term `MultiTerm(f_1, ..., f_m)` is solved with the tableau `m` for `f_m`: stage `i`
-is `Y_i = y0 + h sum_m sum_{j<i} a^m_ij k^m_j` and `k^m_i = f_m(t0 + c^m_i h, Y_i)`;
-`y1 = y0 + h sum_m sum_i b^m_i k^m_i`, the error estimate likewise with `b_err`. With
-one tableau for every term this is the tableau's own method on the sum of the terms.
-The carried state is each part's slope at the step's start, reused from the last
-stage when every tableau is FSAL. Dense output is cubic Hermite (third order) on the
-summed slopes, whatever `interpolation_cls` the class names.
-
-Implicit tableaux (diffrax allows one ESDIRK tableau among them): accepted when the
-tableau is defined, refused when a step is traced; odeckpt's IMEX methods
-(`KenCarp3/4/5`, `Sil3`: `AbstractIMEX` with an `ImexTableau`) solve that case.
+See `docs/solver-internals.md`, "Additive explicit methods", for the step, its carried
+state, its dense output and the implicit tableaux it refuses.
 """
 
 import dataclasses
@@ -27,8 +17,9 @@ from odeckpt._terms import AbstractTerm
 
 @dataclasses.dataclass(frozen=True, init=False)
 class MultiButcherTableau:
-    """One tableau per term of a `MultiTerm`, in the terms' order (see the module
-    docstring).
+    """One tableau per term of a `MultiTerm`, in the terms' order.
+
+    See `docs/solver-internals.md`, "Additive explicit methods".
 
     Args:
         *tableaus: `ButcherTableau`s (e.g. `Dopri5.tableau`), all with the same number
@@ -130,7 +121,7 @@ def multi_init(tableau, term, t0, y0, args) -> tuple:
 
 
 def multi_step(tableau: MultiButcherTableau, term, t0, dt, y0, k0s, args, dense=True):
-    """One step of the additive method (see the module docstring)."""
+    """One step of the additive method (`docs/solver-internals.md`, "Additive explicit methods")."""
     parts, tabs = _parts(tableau, term), tableau.tableaus
     ks = [[k0] for k0 in k0s]
     y_stage = y0

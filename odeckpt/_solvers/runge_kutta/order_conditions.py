@@ -1,14 +1,8 @@
 """Rooted trees and the B-series order conditions of one-step methods (pure NumPy).
 
-Every tableau here is checked against its order conditions when it is defined: the
-explicit Butcher tableaux (`tableau.py`), the stiff ones (`stiff/*_tableaux.py`) and
-the IMEX ones (`imex/ark_tableaux.py`) use the routines below (the stiff and IMEX ones
-through `check_order`, `check_close`), and nothing else computes trees or elementary
-weights.
-
-A rooted tree is a nested tuple (the sorted tuple of its subtrees; `()` is one vertex),
-and one recursion gives the elementary weights of Runge–Kutta, diagonally implicit and
-Rosenbrock methods alike (`docs/solver-internals.md`, "Order conditions").
+Every tableau of the package (explicit, stiff, IMEX) is checked with these routines
+when it is defined, and nothing else computes trees or elementary weights. See
+`docs/solver-internals.md`, "Order conditions".
 
 References:
     J. C. Butcher, *Numerical Methods for Ordinary Differential Equations*, 3rd ed.,
@@ -68,7 +62,7 @@ def tree_density(tree: Tree) -> int:
 
 
 def stage_weights(tree: Tree, alpha: np.ndarray, jac_weights: np.ndarray | None = None):
-    """`K(t)` of the module docstring, one entry per stage.
+    """`K(t)` of `docs/solver-internals.md` ("Order conditions"), one entry per stage.
 
     `jac_weights` is `G` (Rosenbrock methods); `None` means `G = 0` and skips its term.
     """
@@ -174,16 +168,11 @@ def _uncoloured(tree: ColouredTree) -> Tree:
 
 
 def additive_defects(alphas, weights, order: int, theta: float = 1.0) -> list[Defect]:
-    """Order conditions of an additive Runge–Kutta method, every tree up to `order`.
+    """Order conditions of an additive Runge–Kutta method, every coloured tree up to `order`.
 
-    The method has one stage matrix `alphas[m]` (diagonal included) and one weight
-    vector `weights[m]` per part `m` of `y' = sum_m f_m(y)`; its stages share their
-    values, `Y_i = y0 + h sum_m sum_j alphas[m]_ij f_m(Y_j)`. The elementary weight of a
-    coloured tree `t = (m, [u_1, ..., u_k])` is `weights[m] @ K(t)` with
-    `K_i(t) = prod_l (alphas[colour(u_l)] @ K(u_l))_i`, and its condition is
-    `weights[m] @ K(t) == theta**|t| / gamma(t)`: with one colour these are the
-    conditions of each part's own method; the mixed colourings are the coupling
-    conditions.
+    One stage matrix `alphas[m]` (diagonal included) and one weight vector `weights[m]`
+    per part `m`; the conditions are each part's own and the coupling ones
+    (`docs/solver-internals.md`, "Order conditions").
 
     References:
         C. A. Kennedy & M. H. Carpenter (2003), "Additive Runge–Kutta schemes for

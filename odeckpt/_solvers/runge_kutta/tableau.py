@@ -1,18 +1,8 @@
 """`ButcherTableau`: an explicit Runge–Kutta method as validated data.
 
-Every method is stored as a validated [`ButcherTableau`][] record: the stage
-nodes `c`, the strictly lower triangular stage matrix `a`, the solution weights
-`b`, the embedded error weights `b_err = b - b_hat`, and optional continuous
-(dense output) weights. The methods themselves live in `explicit/`, one file per
-method, each built with the helpers of `coefficients.py`.
-
-References:
-    - J. C. Butcher, *Numerical Methods for Ordinary Differential Equations*,
-      3rd ed., Wiley, 2016 (rooted trees, elementary weights, order
-      conditions).
-    - E. Hairer, S. P. Nørsett, G. Wanner, *Solving Ordinary Differential
-      Equations I: Nonstiff Problems*, 2nd ed., Springer, 1993, Sections II.2,
-      II.4-II.6 (order conditions, embedded pairs, dense output).
+The methods themselves live in `explicit/`, one file per method, each built with the
+helpers of `coefficients.py`; the checks: `docs/solver-internals.md`, "Explicit
+Runge–Kutta methods".
 """
 
 from __future__ import annotations
@@ -59,35 +49,14 @@ def _floats(values) -> tuple[float, ...]:
 class ButcherTableau:
     """Explicit Runge-Kutta method with optional embedded pair and dense output.
 
-    One step of size `h` from `(t0, y0)` computes the stages
-    `k_i = f(t0 + c_i h, y0 + h sum_{j<i} a_ij k_j)` and
-    `y1 = y0 + h sum_i b_i k_i`. The local error estimate is
-    `h sum_i b_err_i k_i`, where `b_err = b - b_hat` and `b_hat` are the
-    weights of the embedded method of order `embedded_order`.
-
-    Dense output: `dense[i][j]` is the coefficient of `theta**(j + 1)` in the
-    stage weight `b_i(theta)`, and
-    `y(t0 + theta h) ≈ y0 + h sum_i b_i(theta) k_i` with local error
-    `O(h**(dense_order + 1))`. `dense=None` means the method has no
-    stage-based interpolant (cubic Hermite interpolation is used instead).
-
-    Construction validates shapes, `c[0] == 0`, the row-sum condition
-    `c_i == sum_j a_ij`, `sum(b) == 1`, `sum(b_err) == 0`,
-    `b_i(1) == b_i`, and the order conditions `Phi(t) == 1/gamma(t)` for all
-    rooted trees `t` with up to `min(order, 5)` vertices (likewise for
-    `b_hat` up to `embedded_order` and for `b(theta)` up to `dense_order`).
-    Violations raise `ValueError` naming the tableau and the condition.
-
-    **diffrax's spelling.** `ButcherTableau(c, b_sol, b_error, a_lower)` builds the
-    same record from diffrax's fields, for user-defined explicit methods
-    (`class MyRK(AbstractERK): tableau = ButcherTableau(...)`): `c` without the
-    first node (which is `c1 = 0`), `b_sol` the weights `b`, `b_error` the error
-    weights, `a_lower` the rows of `a` below the first. `order` and `embedded_order`
-    are then the highest orders (up to 8) whose conditions the weights satisfy, and
-    the dense output is cubic Hermite. The record keeps odeckpt's fields (so its
-    `c` includes the first node); `b_sol`, `b_error`, `a_lower` and `num_stages`
-    read them back diffrax's way. Implicit tableaux (`a_diagonal`) are refused:
-    odeckpt's diagonally implicit methods are `Kvaerno3` and `Kvaerno5`.
+    One step of size `h` computes the stages `k_i = f(t0 + c_i h, y0 + h sum_{j<i} a_ij
+    k_j)` and `y1 = y0 + h sum_i b_i k_i`, with error estimate `h sum_i b_err_i k_i`
+    (`b_err = b - b_hat`, `b_hat` the embedded method of order `embedded_order`). Dense
+    output: `dense[i][j]` is the coefficient of `theta**(j + 1)` in the stage weight
+    `b_i(theta)`; `dense=None` means cubic Hermite. Construction checks the shapes, the
+    row sums and the order conditions, raising `ValueError` naming the tableau and the
+    condition; diffrax's spelling `ButcherTableau(c, b_sol, b_error, a_lower)` is accepted
+    too. See `docs/solver-internals.md`, "Explicit Runge–Kutta methods".
 
     References:
         - J. C. Butcher, *Numerical Methods for Ordinary Differential

@@ -1,16 +1,8 @@
 """ESDIRK solvers for stiff problems: `Kvaerno3`, `Kvaerno4`, `Kvaerno5`.
 
-A step has an explicit first stage and one implicit equation per later stage, all with
-the same diagonal `gamma`, solved by simplified Newton (`root_finder/newton.py`) with
-one factorisation of `I - h gamma J`. The Jacobian is formed afresh every step and not
-carried, so a replayed step repeats the forward one bit for bit; a failed step returns
-`y_error = inf`; stages are differentiated by the implicit function theorem
-(`docs/solver-internals.md`, "ESDIRK methods").
-
-References:
-    A. Kværnø (2004), "Singly diagonally implicit Runge–Kutta methods with an
-    explicit first stage", BIT 44(3), 489–502.
-    E. Hairer & G. Wanner, *Solving Ordinary Differential Equations II*, IV.6, IV.8.
+An explicit first stage, then one implicit stage at a time with the same diagonal,
+solved by simplified Newton with one factorisation per step. See
+`docs/solver-internals.md`, "ESDIRK methods"; the references are on each class.
 """
 
 from typing import TYPE_CHECKING, ClassVar, final

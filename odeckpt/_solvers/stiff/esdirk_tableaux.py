@@ -1,11 +1,6 @@
-"""Coefficients of Kværnø's ESDIRK methods (`Kvaerno3`, `Kvaerno4`, `Kvaerno5`) as
-validated records.
-
-`EsdirkTableau` checks, when a method is defined, the B-series order conditions of its
-solution, embedded method (the penultimate stage) and stage-based dense output
-(`continuous_extension`), so a transcription error in any coefficient fails at import
-time. Kvaerno4's coefficients are rational functions of its diagonal `gamma`, fixed by
-L-stability (`docs/solver-internals.md` gives the derivation).
+"""Coefficients of Kværnø's ESDIRK methods (`Kvaerno3`, `Kvaerno4`, `Kvaerno5`), checked
+when defined against the order conditions of their solution, embedded method and
+dense output. Kvaerno4's: `docs/solver-internals.md`, "Kvaerno4's coefficients".
 
 References:
     E. Hairer & G. Wanner, *Solving Ordinary Differential Equations II*, 2nd ed.,
@@ -119,19 +114,10 @@ def continuous_extension(name: str, matrix: np.ndarray, order: int) -> Rows:
     """Stage-based dense output of `order` for a stiffly accurate method (`matrix` with
     its diagonal; the last row is `b` and the last stage ends the step at `y1`).
 
-    Returns rows `beta_1..beta_order` of the stage weights
-    `b_i(theta) = sum_r theta^r beta_ri`, so that `y0 + h sum_i b_i(theta) k_i` has local
-    error `O(h^(order+1))` at every `theta` in `[0, 1]`, equals `y1` at `theta = 1`, has
-    slope `k_s = f(t1, y1)` there, and stays bounded on stiff components: on
-    `y' = lambda y` it gives `y(t0 + theta h) = R(theta, z) y0`, `z = h lambda`, with
-    `R(theta, z) = 1 + z b(theta) . Y(z)`, `Y(z) = (I - z A)^-1 1`, and requiring
-    `b(theta) . Y(-inf) = 0` keeps `R` finite as `z -> -inf`. (Cubic Hermite takes
-    `f(t0, y0)` as its start slope and grows like `theta z` there; so would any
-    interpolant with that slope, so this one does not take it.) The conditions are
-    linear in `beta`: for each rooted tree `t` with `|t| <= order` and each power `r`,
-    `beta_r . Phi(t) = [r == |t|] / gamma(t)`. Of the solutions, the one with the least
-    Euclidean norm is taken; a method with too few stages for `order` raises
-    `ValueError`.
+    Returns rows `beta_1..beta_order` of the stage weights `b_i(theta) = sum_r theta^r
+    beta_ri`: the least-norm solution of the order conditions that also stays bounded on
+    stiff components; raises `ValueError` for a method with too few stages. See
+    `docs/solver-internals.md`, "ESDIRK methods" (dense output).
     """
     s = matrix.shape[0]
     zero = np.zeros((s, s))

@@ -1,14 +1,6 @@
 """`ImplicitEuler`: the backward Euler method, with diffrax's error estimate.
 
-One step solves `k1 = f(t1, y0 + h k1)` by the ESDIRKs' simplified Newton iteration
-(`root_finder/newton.py`) and returns `y1 = y0 + h k1`: order 1, A- and L-stable. The
-error estimate is the difference to the trapezoidal rule (`error_order` 2), the dense
-output linear; `docs/solver-internals.md` ("Implicit Euler") says why, and how a failed step
-ends.
-
-References:
-    E. Hairer & G. Wanner, *Solving Ordinary Differential Equations II*, IV.3
-    (stability of the implicit Euler method), IV.8 (simplified Newton iterations).
+See `docs/solver-internals.md`, "Implicit Euler".
 """
 
 from typing import final
@@ -28,17 +20,11 @@ class ImplicitEuler(AbstractNewtonSolver, AbstractAdaptiveSolver):
     stage, with diffrax's embedded error estimate (against the trapezoidal rule, so
     `error_order` is 2).
 
-    For very stiff problems at loose tolerances, or as the robust baseline; for
-    accuracy beyond `rtol = 1e-3` prefer `Kvaerno3`/`Kvaerno4`/`Kvaerno5` or `Rodas5P`.
-
-    Constructed as the ESDIRKs: `ImplicitEuler(rtol=1e-10, atol=1e-12, max_iters=10)`
-    (the effective Newton tolerances) or diffrax's
-    `ImplicitEuler(root_finder=VeryChord(rtol=1e-8, atol=1e-10), root_find_max_steps=10)`;
-    not both. The defaults are the ESDIRKs' (see `AbstractNewtonSolver`). Unlike
-    diffrax's, whose default root finder takes the step-size controller's tolerances,
-    the Newton tolerances are the solver's own.
-
-    Dense output: linear interpolation between the ends of each step (as diffrax).
+    For very stiff problems at loose tolerances, or as the robust baseline; for accuracy
+    beyond `rtol = 1e-3` prefer `Kvaerno3`/`Kvaerno4`/`Kvaerno5` or `Rodas5P`. Constructed
+    as the ESDIRKs (`AbstractNewtonSolver`), with Newton tolerances of its own (diffrax's
+    default takes the controller's). Dense output: linear between the ends of each step
+    (as diffrax). See `docs/solver-internals.md`, "Implicit Euler".
 
     Raises:
         ValueError: for non-positive tolerances or iteration counts, for both
@@ -52,8 +38,7 @@ class ImplicitEuler(AbstractNewtonSolver, AbstractAdaptiveSolver):
         return 1
 
     def error_order(self, terms) -> int:
-        """2: the estimate is the local error of the order-1 method (see the module
-        docstring), as diffrax's."""
+        """2: the estimate is the local error of the order-1 method, as diffrax's."""
         return 2
 
     @property
@@ -63,7 +48,7 @@ class ImplicitEuler(AbstractNewtonSolver, AbstractAdaptiveSolver):
         return 2
 
     def init_state(self, term, t0, y0, args):
-        """No state is carried between steps (see the module docstring): `()`."""
+        """No state is carried between steps: `()`."""
         return ()
 
     def attempt(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:

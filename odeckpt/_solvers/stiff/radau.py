@@ -1,17 +1,7 @@
-"""`RadauIIA5`: the 3-stage Radau IIA method (order 5, stage order 3, L-stable,
-stiffly accurate), as in Hairer & Wanner's RADAU5.
+"""`RadauIIA5`: the 3-stage Radau IIA method, as in Hairer & Wanner's RADAU5.
 
-A step solves the three stages together by simplified Newton, from the previous step's
-collocation polynomial (which the state carries, so checkpoints store it), with the
-Newton matrix either transformed into one real and one complex `n x n` system or, for
-`3n <= PLAIN_UNKNOWNS`, factorised whole. The error estimate is RADAU5's, filtered
-twice; the dense output is the collocation polynomial; derivatives come from the
-implicit function theorem. `docs/solver-internals.md` ("Radau IIA") gives the details and the
-measurements behind the choices.
-
-References:
-    E. Hairer & G. Wanner, *Solving Ordinary Differential Equations II*, 2nd ed.,
-    Springer, 1996, IV.5 and IV.8 (the code RADAU5).
+See `docs/solver-internals.md`, "Radau IIA", for the stage system, the two ways of
+solving it, the error estimate and the measurements behind the choices.
 """
 
 from typing import final
@@ -135,7 +125,7 @@ class Extrapolation(eqx.Module):
 
 
 def starting_stages(tableau: RadauTableau, h, previous: Extrapolation):
-    """The Newton iteration's starting stage increments (see the module docstring):
+    """The Newton iteration's starting stage increments (`docs/solver-internals.md`, "Radau IIA"):
     the previous polynomial extrapolated to this step's stages, zero without one."""
     rows, dtype = previous.rows, previous.rows.dtype
     ratio = h / jnp.where(previous.h > 0, previous.h, 1)
@@ -172,7 +162,7 @@ def solve_stages(tableau, flat: la.Flat, times, h, system, guess, options):
 
 
 def error_estimate(tableau: RadauTableau, flat: la.Flat, t0, h, f0, z, system):
-    """RADAU5's estimate, filtered twice (see the module docstring)."""
+    """RADAU5's estimate, filtered twice (`docs/solver-internals.md`, "Radau IIA")."""
     e = jnp.asarray(tableau.error_coeffs, z.dtype)
     stages = e @ z
     gh = h * tableau.gamma0
@@ -185,24 +175,14 @@ class RadauIIA5(AbstractNewtonSolver, AbstractAdaptiveSolver):
     """Radau IIA of order 5: 3 implicit stages, L-stable, stiffly accurate, stage
     order 3; the method of Hairer & Wanner's RADAU5 and SciPy's `Radau`.
 
-    For stiff problems at tight tolerances (`rtol <= 1e-6`): order 5 from 3 stages,
-    and order 3 (its stage order) on very stiff problems where the ESDIRKs keep 2.
-    Each step: one Jacobian (`n` forward-mode products), two factorisations (the
-    whole `3n x 3n` matrix and the error filter `I - h gamma0 J` for `n <= 2`; above,
-    the real and complex `n x n` systems, the real one being the filter), 3
-    evaluations of `f` per Newton iteration and 2 more (`f(t0, y0)`, the second
-    filtering) for the error estimate. Derivatives by the implicit function
-    theorem on the stage system (one `3n x 3n` dense solve per step in reverse mode),
-    so every adjoint and forward mode work. diffrax has no Radau method.
-
-    Constructed like the ESDIRKs: `RadauIIA5(rtol=1e-10, atol=1e-12, max_iters=10)`
-    or `RadauIIA5(root_finder=VeryChord(rtol=1e-8, atol=1e-10),
-    root_find_max_steps=10)` (the defaults; effective Newton tolerances `1e-10`,
-    `1e-12`). Keep them well below the step-size controller's: for controller
-    tolerances under about `1e-9`, pass tighter ones.
-
-    Dense output: the collocation polynomial (order 3 inside a step; the steps' ends
-    are order 5).
+    For stiff problems at tight tolerances (`rtol <= 1e-6`): order 5 from 3 stages, and
+    order 3 on very stiff problems where the ESDIRKs keep 2. A step costs one Jacobian,
+    two factorisations and 3 evaluations per Newton iteration plus 2 for the error
+    estimate; derivatives come from the implicit function theorem (one `3n x 3n` solve per
+    step in reverse mode), so every adjoint and forward mode work. Constructed like the
+    ESDIRKs (`AbstractNewtonSolver`); keep its Newton tolerances well below the
+    controller's. Dense output: the collocation polynomial. See
+    `docs/solver-internals.md`, "Radau IIA".
 
     References:
         E. Hairer & G. Wanner, *Solving Ordinary Differential Equations II*, 2nd ed.,

@@ -1,9 +1,5 @@
-"""Coefficients of `RadauIIA5`: the 3-stage Radau IIA collocation method.
-
-Everything the solver uses (the collocation matrix, the transformation that splits the
-Newton system, the error estimator, the dense-output polynomial) is derived here from
-the nodes and checked when the module is imported (`docs/solver-internals.md`, "Radau IIA's
-coefficients").
+"""Coefficients of `RadauIIA5`, derived from the nodes and checked at import
+(`docs/solver-internals.md`, "Radau IIA's coefficients").
 
 References:
     E. Hairer & G. Wanner, *Solving Ordinary Differential Equations II*, 2nd ed.,
@@ -44,7 +40,8 @@ def _check_orders(name: str, what: str, alpha, weights, order: int, theta=1.0) -
 @dataclasses.dataclass(frozen=True)
 class RadauTableau:
     """A 3-stage collocation method with its Newton transformation, error estimator
-    and dense output (see the module docstring); validated when constructed.
+    and dense output (`docs/solver-internals.md`, "Radau IIA's coefficients");
+    validated when constructed.
 
     Attributes:
         name: for messages.

@@ -1,16 +1,8 @@
 """Rosenbrock (linearly implicit) solvers for stiff problems: `Ros3P`, `Rodas5P`.
 
-A step factorises `W = I / (h gamma) - J`, with the exact Jacobian `J = df/dy(t0, y0)`,
-once and solves one linear system per stage: no Newton iteration, a fixed cost per step,
-and an order that relies on `J` being exact. Both autodiff modes differentiate the step
-as computed (`docs/solver-internals.md`, "Rosenbrock methods").
-
-References:
-    E. Hairer & G. Wanner, *Solving Ordinary Differential Equations II*, IV.7.
-    J. Lang & J. Verwer (2001), "ROS3P: an accurate third-order Rosenbrock solver
-    designed for parabolic problems", BIT 41(4).
-    G. Steinebach (2023), "Construction of Rosenbrock–Wanner method Rodas5P and
-    numerical benchmarks within the Julia Differential Equations package", BIT 63(2).
+One factorisation of `W = I / (h gamma) - J` per step and one linear solve per stage;
+no Newton iteration. See `docs/solver-internals.md`, "Rosenbrock methods"; the
+references are on each class.
 """
 
 from collections.abc import Callable

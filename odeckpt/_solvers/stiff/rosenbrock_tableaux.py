@@ -1,9 +1,6 @@
-"""Coefficients of the Rosenbrock methods (`Ros3P`, `Rodas5P`) as validated records.
-
-`RosenbrockTableau` checks, when a method is defined, the B-series order conditions of
-its solution, embedded method and dense output (`order_conditions.check_order`, with
-the Rosenbrock methods' Jacobian weights `G = Gamma`), so a transcription error in any
-coefficient fails at import time.
+"""Coefficients of the Rosenbrock methods (`Ros3P`, `Rodas5P`), checked when defined
+against the order conditions of their solution, embedded method and dense output
+(Jacobian weights `G = Gamma`), so a transcription error fails at import time.
 
 References:
     E. Hairer & G. Wanner, *Solving Ordinary Differential Equations II*, 2nd ed.,
