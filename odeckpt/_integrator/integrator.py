@@ -161,7 +161,7 @@ class Integrator(eqx.Module):
         finite = all_finite(checked)
         # The solver's own failure: its solve (implicit methods, `y1` NaN), or a reason
         # to stop although `y1` is finite (`Reversible`'s growing parasitic mode).
-        refused = jnp.asarray(out.failure is not None and out.failure != RESULTS.successful)
+        refused = jnp.asarray(False if out.failure is None else out.failure != RESULTS.successful)
         ok = finite & ~refused
         accepted = decision.accept & ok if decisions is None else decisions.accepted
         failed = decision.accept & ~ok
