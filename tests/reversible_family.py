@@ -81,7 +81,7 @@ KINDS = (
         "Van der Pol",
         _van_der_pol,
         lambda key, n: (
-            jr.normal(key, (n, 2)) + jnp.array([2.0, 0.0]),
+            jr.normal(key, (n, 2)) + jnp.array([[2.0, 0.0]]),
             jr.uniform(jr.fold_in(key, 1), (n,), minval=0.2, maxval=3.0),
         ),
         0.02,
@@ -90,8 +90,8 @@ KINDS = (
         "Lorenz",
         _lorenz,
         lambda key, n: (
-            jr.normal(key, (n, 3)) + jnp.array([1.0, 1.0, 20.0]),
-            jnp.array([10.0, 28.0, 8 / 3])
+            jr.normal(key, (n, 3)) + jnp.array([[1.0, 1.0, 20.0]]),
+            jnp.array([[10.0, 28.0, 8 / 3]])
             * jr.uniform(jr.fold_in(key, 1), (n, 3), minval=0.9, maxval=1.1),
         ),
         0.005,

@@ -53,17 +53,12 @@ class LoopBody(AbstractForwardBody):
 
 
 class Checksum(eqx.Module):
-    """A summary of states, accumulated over the steps of a pass: `sums` (a PyTree of
-    arrays) added, `peaks` (another) maxed."""
+    """A summary of states, added up over the steps of a pass (a PyTree of arrays)."""
 
     sums: Any
-    peaks: Any
 
     def merge(self, other: "Checksum") -> "Checksum":
-        return Checksum(
-            jax.tree.map(jnp.add, self.sums, other.sums),
-            jax.tree.map(jnp.maximum, self.peaks, other.peaks),
-        )
+        return Checksum(jax.tree.map(jnp.add, self.sums, other.sums))
 
 
 class Inverse(eqx.Module):
@@ -83,11 +78,14 @@ class Inverse(eqx.Module):
             reconstructed states by the backward pass.
         size: `state -> scalar`: the largest magnitude in a state's cotangent (what the
             backward pass watches grow).
+        initial_size: `(problem, state0, ct_state0) -> scalar`: the largest magnitude of
+            the cotangent of the solve's initial value that the initial state's gives.
         refused: `(state0, reconstructed, forward, backward, amplification) -> bool`:
             whether the gradient is refused, given the initial state and its
             reconstruction, the two passes' checksums and how much the backward pass
-            amplified its cotangents (the largest `size` over the pass, over that of
-            the cotangents the outputs received).
+            amplified round-off: the largest magnitude it handled (its cotangents'
+            `size`, the problem's cotangents summed in magnitude over the steps) over
+            the largest magnitude of the gradient it returns.
         message: raised (at run time) where it is; `None`: the cotangents are NaN.
     """
 
@@ -95,6 +93,7 @@ class Inverse(eqx.Module):
     undo: Callable = eqx.field(static=True)
     checksum: Callable = eqx.field(static=True)
     size: Callable = eqx.field(static=True)
+    initial_size: Callable = eqx.field(static=True)
     refused: Callable = eqx.field(static=True)
     message: str | None = eqx.field(static=True, default=None)
 

@@ -102,6 +102,7 @@ class _Unwind(eqx.Module):
     ct_state: object  # of `state`
     checksum: Checksum  # `inverse.checksum` merged over the reconstructed states
     peak: jax.Array  # the largest `inverse.size` of `ct_state` so far
+    magnitude: object  # `|d_problem|` summed over the reversed steps (like `ct_problem`)
 
 
 @_reversible.def_bwd
@@ -119,18 +120,30 @@ def _reversible_bwd(residuals, grad_obj, perturbed, vjp_arg, body, inverse, max_
         d_problem, ct = reverse_step(body, problem, state, decisions, carry.ct_state, ct_buffers)
         checksum = carry.checksum.merge(inverse.checksum(state, i))
         peak = jnp.maximum(carry.peak, inverse.size(ct))
-        return _Unwind(i, state, tree_add(carry.ct_problem, d_problem), ct, checksum, peak)
+        magnitude = tree_add(carry.magnitude, jax.tree.map(jnp.abs, d_problem))
+        ct_problem = tree_add(carry.ct_problem, d_problem)
+        return _Unwind(i, state, ct_problem, ct, checksum, peak, magnitude)
 
     zeros = tree_zeros_like(eqx.filter(problem, is_diff))
     seed = inverse.size(ct_state)  # the largest cotangent the outputs received
     seed = jnp.maximum(seed, largest_magnitude(ct_buffers, seed.dtype))
-    init = _Unwind(log.taken, final, zeros, ct_state, _zero_checksum(inverse, state0), seed)
+    checksum0 = _zero_checksum(inverse, state0)
+    init = _Unwind(log.taken, final, zeros, ct_state, checksum0, seed, zeros)
     init = batched_like(init, (log.taken, final, ct_state, log.checksum))
     out = lax.while_loop(lambda carry: carry.b > 0, step, init)
-    # how much the backward pass grew its cotangents over those the outputs received
-    amplification = jnp.where(seed > 0, out.peak / jnp.where(seed > 0, seed, 1), 1)
-    refused = inverse.refused(state0, out.state, log.checksum, out.checksum, amplification)
+    # the largest magnitude the pass handled over the largest of the gradient it returns
+    handled = jnp.maximum(out.peak, largest_magnitude(out.magnitude, seed.dtype))
+    returned = largest_magnitude(out.ct_problem, seed.dtype)
+    returned = jnp.maximum(returned, inverse.initial_size(problem, state0, out.ct_state))
+    refused = inverse.refused(
+        state0, out.state, log.checksum, out.checksum, _ratio(handled, returned)
+    )
     return _unless_refused(inverse, refused, (out.ct_problem, out.ct_state))
+
+
+def _ratio(a, b):
+    """`a / b`, 1 where `b` is 0."""
+    return jnp.where(b > 0, a / jnp.where(b > 0, b, 1), 1)
 
 
 def _zero_checksum(inverse: Inverse, state) -> Checksum:

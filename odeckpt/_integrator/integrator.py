@@ -282,6 +282,7 @@ class Integrator(eqx.Module):
             undo=self._undo,
             checksum=ft.partial(reconstruction.checksum, part=part),
             size=ft.partial(reconstruction.largest, part=part),
+            initial_size=ft.partial(reconstruction.initial_gradient_size, solver),
             refused=ft.partial(reconstruction.refused, part=part, tolerance=tolerance),
             message=message,
         )

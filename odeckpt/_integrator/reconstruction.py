@@ -3,21 +3,24 @@
 
 A reversible solver's backward pass evaluates each step's VJP at a state rebuilt from
 the next one by the inverse step, off the forward state by the round-off the inverse
-steps amplified (the drift). The gradient's error is that drift times the sensitivity
-of the VJPs to it, which the backward pass itself amplifies where its cotangents grow
-(a coupled pair's parasitic mode grows the forward gap and, transposed, the backward
-cotangents). So the refusal is on an estimate of the gradient's relative error,
+steps amplified (the drift). The gradient's error is that drift, and the round-off of
+the backward pass itself, times how much the backward pass amplifies them: where its
+cotangents grow (a coupled pair's parasitic mode grows the forward gap and, transposed,
+the backward cotangents), and where the problem's cotangent is a sum over the steps
+that cancels. So the refusal is on an estimate of the gradient's relative error,
 
     error = SAFETY * amplification * max(drift, eps),
 
-with `amplification` the largest cotangent of the state over the backward pass divided
-by the largest cotangent the solve's outputs received, and `drift` the reconstructed
-states' distance from the forward ones relative to the largest forward state: measured
-exactly at the initial state, and over every step by two direction-sensitive checksums
-per leaf (each state's projections on pseudo-random weights that change with the step,
-summed over the steps in both passes: their difference is a random projection of every
-step's drift at once, so it does not cancel where the drift alternates in sign). See
-`docs/adjoints.md` for the measured false-negative rate.
+with `amplification` the larger of the largest cotangent of the state over the backward
+pass divided by the largest the outputs received, and the sum over the steps of the
+problem's cotangents' magnitudes divided by their sum (`reversible_loop` measures
+both), and `drift` the reconstructed states' distance from the forward ones, relative
+to each state's largest entry: measured exactly at the initial state, and over every
+step by two direction-sensitive checksums per leaf (each state's projections on
+pseudo-random weights that change with the step, summed over the steps in both passes:
+their difference is a random projection of every step's drift at once, so it does not
+cancel where the drift alternates in sign). See `docs/adjoints.md` for the measured
+false-negative rate.
 """
 
 from collections.abc import Callable
@@ -27,7 +30,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from odeckpt._checkpointing import Checksum
-from odeckpt._core import largest_magnitude
+from odeckpt._core import largest_magnitude, materialize
 
 from .state import State
 
@@ -49,6 +52,20 @@ def largest(state: State, part: Callable) -> jax.Array:
     return largest_magnitude(_floating(state, part), jnp.result_type(state.t))
 
 
+def initial_gradient_size(solver, problem, state0: State, ct_state) -> jax.Array:
+    """`max |x|` over the cotangent of `y0` that `ct_state`, the initial state's, gives:
+    its `y`'s plus its solver state's pulled back through `solver.init_state` (for
+    `Reversible`, `z0 = y0`: where the pair's parasitic mode grew, the two are large
+    and cancel)."""
+    init = lambda y: solver.init_state(problem.term, state0.t, y, problem.args)
+    k0, pull = jax.vjp(init, state0.y)
+    ct_k = materialize(ct_state.solver_state, k0)
+    ct_k = jax.tree.map(lambda c, k: c if jnp.issubdtype(k.dtype, jnp.inexact) else None, ct_k, k0)
+    (ct_y0,) = pull(materialize(ct_k, k0))
+    ct_y = materialize(ct_state.y, state0.y)
+    return largest_magnitude(jax.tree.map(jnp.add, ct_y, ct_y0), jnp.result_type(state0.t))
+
+
 def _weights(shape, salt, index, dtype):
     """Pseudo-random weights in [-1, 1), a function of each element's position, `salt`
     and the step `index` only: an integer hash, so both passes compute the same bits."""
@@ -64,39 +81,40 @@ def _weights(shape, salt, index, dtype):
 
 
 def checksum(state: State, index, part: Callable) -> Checksum:
-    """Per floating leaf of `y` and `part(solver_state)`: its projections on the weights
-    `w` of step `index` and on `(3 w^2 - 1) / 2` (uncorrelated with `w`: one buffer of
-    weights serves both), and `max |x|`; in the time dtype (complex leaves' projections
-    complex)."""
+    """Per floating leaf of `y` and `part(solver_state)`: its projections, relative to
+    its own largest entry, on the weights `w` of step `index` and on `(3 w^2 - 1) / 2`
+    (uncorrelated with `w`: one buffer of weights serves both); in the time dtype
+    (complex leaves' projections complex)."""
     dtype = jnp.result_type(state.t)
-    sums, peaks = [], []
+    sums = []
     for n, x in enumerate(_floating(state, part)):
         w = _weights(x.shape, (0x2545F491 * (n + 1)) % 2**32, index, dtype)
         x = x.astype(jnp.promote_types(x.dtype, dtype))
+        x = x / jnp.maximum(jnp.max(jnp.abs(x), initial=0), jnp.finfo(dtype).tiny)
         sums.append(jnp.stack([jnp.sum(w * x), jnp.sum((1.5 * w * w - 0.5) * x)]))
-        peaks.append(jnp.max(jnp.abs(x), initial=0).astype(dtype))
-    return Checksum(tuple(sums), tuple(peaks))
+    return Checksum(tuple(sums))
 
 
 def drift(
     state0: State, reconstructed: State, forward: Checksum, backward: Checksum, part: Callable
 ):
-    """The reconstructed states' distance from the forward ones, relative to the largest
-    forward state, per leaf and the largest over the leaves: exact at the initial state,
-    and estimated over every step by the checksums (the RMS of the projections'
-    differences, each scaled to unit variance: weights uniform in [-1, 1) have variance
-    1/3, their second Legendre polynomial 1/5). Never below the leaves' round-off."""
+    """The reconstructed states' distance from the forward ones, relative to each
+    state's largest entry, per leaf, and the largest over the leaves: exact at the
+    initial state, and estimated over every step by the checksums (the RMS of the
+    projections' differences, each scaled to unit variance: weights uniform in [-1, 1)
+    have variance 1/3, their second Legendre polynomial 1/5). Never below the leaves'
+    round-off."""
     pairs = zip(_floating(reconstructed, part), _floating(state0, part), strict=True)
-    rows = zip(forward.sums, backward.sums, forward.peaks, pairs, strict=True)
+    rows = zip(forward.sums, backward.sums, pairs, strict=True)
     dtype = jnp.result_type(state0.t)
     out = jnp.zeros((), dtype)
-    for f, b, peak, (x, x0) in rows:
-        initial = jnp.max(jnp.abs(x - x0), initial=0).astype(dtype)
+    for f, b, (x, x0) in rows:
+        scale = jnp.maximum(jnp.max(jnp.abs(x0), initial=0).astype(dtype), jnp.finfo(dtype).tiny)
+        initial = jnp.max(jnp.abs(x - x0), initial=0).astype(dtype) / scale
         d = jnp.abs(f - b) ** 2
         steps = jnp.sqrt((3 * d[0] + 5 * d[1]) / 2).astype(dtype)
-        scale = jnp.maximum(peak, jnp.finfo(dtype).tiny)
         eps = jnp.asarray(jnp.finfo(x.dtype).eps, dtype)
-        out = jnp.maximum(out, jnp.maximum(jnp.maximum(initial, steps) / scale, eps))
+        out = jnp.maximum(out, jnp.maximum(jnp.maximum(initial, steps), eps))
     return out
 
 
