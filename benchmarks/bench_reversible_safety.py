@@ -96,7 +96,7 @@ def run(quick: bool) -> Section:
     coupling_table = Table(
         ["coupling", *COLUMNS[1:]],
         coupling_rows,
-        caption="The coupling, float64, over the whole family.",
+        caption="The coupling, float64, one problem per kind, controller and horizon.",
     )
     return Section(
         title="Reversible solvers: never a silently wrong solution or gradient",

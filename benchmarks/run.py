@@ -56,10 +56,11 @@ REGISTRY = {
 # Full mode's time limit on an idle 2-core CPU, and each section's share of it in seconds
 # (the shares, memory's aside, add up to the limit; the solver sections radau, imex,
 # reversible and events raised it from 25 minutes, reversible_adjoint, evaluations and
-# floor from 44). "memory" costs almost nothing in a run of every section (the gradient
-# section has already measured it for its plot): its share applies to `--only memory` and
-# is not counted. A section that runs past its share is reported on the console; trim its
-# repeats, sampling budgets or largest sizes, not the rows quick mode has. Measured
+# floor from 44, reversible_safety from 55). "memory" costs almost nothing in a run of
+# every section (the gradient section has already measured it for its plot): its share
+# applies to `--only memory` and is not counted. A section that runs past its share is
+# reported on the console; trim its repeats, sampling budgets or largest sizes, not the
+# rows quick mode has. Measured
 # 2026-11-30, each section alone while another user's jobs kept the load average at 2-6:
 # forward 108 s, gradient 635 s, damped 388 s, neural_ode 289 s, stiff 304 s; 1724 s
 # (29 min) in all (memory: 120 s alone; xla_cpu, added later: about 50 s). Added
@@ -67,8 +68,9 @@ REGISTRY = {
 # 676-855 s, imex 377 s, reversible 112 s, events about 120 s. Added 2026-12-02:
 # reversible_adjoint (1091 s in quick mode at load average 14); evaluations (about 70
 # gradients compiled, a few seconds each idle); floor (four gradients compiled twice,
-# timed and counted, 20 s of samples per problem).
-FULL_LIMIT_SECONDS = 55 * 60
+# timed and counted, 20 s of samples per problem). Added 2026-12-07: reversible_safety
+# (731 s at load average 1.6: 72 vmapped gradients compiled, with their references).
+FULL_LIMIT_SECONDS = 68 * 60
 FULL_BUDGET_SECONDS = {
     "forward": 180,
     "gradient": 480,
@@ -84,7 +86,7 @@ FULL_BUDGET_SECONDS = {
     "evaluations": 300,
     "floor": 120,
     "reversible_adjoint": 300,
-    "reversible_safety": 600,
+    "reversible_safety": 780,
     "hvp": 120,
     "eager": 120,
 }
