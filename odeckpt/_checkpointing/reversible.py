@@ -11,8 +11,10 @@ The gradient is the checkpointed loop's, up to the round-off of the reconstructi
 two states in memory (the one in hand and its cotangent) whatever the number of steps.
 Where `Inverse.refused` says the gradient cannot be trusted (from the reconstructed
 initial state, the two passes' checksums, `Inverse.checksum` merged over every step, and
-the growth of the state's cotangent over the backward pass, `Inverse.size`), the
-cotangents are NaN, or `Inverse.message` is raised.
+how much the backward pass amplified round-off: the largest magnitude it handled, its
+state cotangents' `Inverse.size` and the problem's per-step cotangents, over the largest
+of the gradient it returns, `Inverse.initial_size` included), the cotangents are NaN,
+or `Inverse.message` is raised.
 """
 
 import equinox as eqx
