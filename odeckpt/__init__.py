@@ -12,6 +12,11 @@ from ._adjoints import (
     ReversibleAdjoint as ReversibleAdjoint,
     adjoint_rms_seminorm as adjoint_rms_seminorm,
 )
+from ._compiled import (
+    clear_compiled_cache as clear_compiled_cache,
+    compiled_cache_info as compiled_cache_info,
+    compiled_cache_size as compiled_cache_size,
+)
 from ._controllers import (
     AbstractAdaptiveStepSizeController as AbstractAdaptiveStepSizeController,
     AbstractLoopController as AbstractLoopController,

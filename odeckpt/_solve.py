@@ -28,6 +28,7 @@ from odeckpt._core import (
 from odeckpt._integrator import EventRequest, Integrator, Problem, SaveLayout, SaveRequest
 from odeckpt._solvers import AbstractSolver
 
+from . import _compiled as compiled
 from ._event import AbstractDiscreteTerminatingEvent, Event
 from ._progress import AbstractProgressMeter, progress_callback
 from ._saveat import SaveAt, SubSaveAt, save_y, sub_saves
@@ -39,6 +40,7 @@ from ._validate import (
     check_inputs,
     check_reverse_mode,
     check_save_fns,
+    check_state_values,
     check_term_parts,
     check_terms,
     check_times,
@@ -106,6 +108,32 @@ def diffeqsolve(
             reached). See `docs/errors.md` for every case.
     """
     event = event_from_discrete(discrete_terminating_event, event)
+    state = (terms, y0, args, event)
+    config = (solver, t0, t1, dt0, saveat, stepsize_controller, adjoint, max_steps, throw)
+    config += (progress_meter,)
+    if compiled.staging():  # under `jax.jit`: traced into the caller's program
+        return _solve(*state, *config)
+    check_state_values(y0, args)  # concrete: raise now, not from the compiled program
+    return compiled.call(_solve, state, config)
+
+
+def _solve(
+    terms,
+    y0,
+    args,
+    event,
+    solver,
+    t0,
+    t1,
+    dt0,
+    saveat,
+    stepsize_controller,
+    adjoint,
+    max_steps,
+    throw,
+    progress_meter,
+) -> Solution:
+    """The solve itself, traced once per program (`_compiled`)."""
     check_inputs(solver, stepsize_controller, adjoint, saveat, max_steps, dt0)
     check_terms(terms, solver, y0)
     term = as_term(terms)

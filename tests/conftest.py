@@ -3,11 +3,13 @@
 `ODECKPT_DTYPE_PROMOTION=strict` runs the suite under JAX's strict dtype promotion
 (`jax_numpy_dtype_promotion="strict"`); the default is JAX's standard promotion.
 
-Every program XLA's CPU backend compiles keeps its code mapped (about a hundred memory
-maps each) for as long as JAX caches it. A test worker compiles thousands of programs,
-and past the kernel's limit on a process's maps (`vm.max_map_count`, 65530 by default)
-the next compilation crashes the worker. So the caches are cleared whenever a test
-leaves the worker with more than `MAX_MAPS` maps.
+Every program XLA's CPU backend compiles keeps its code mapped (about three memory
+maps per kernel) for as long as JAX caches it. odeckpt's eager programs are bounded
+by `odeckpt.compiled_cache_size()`, but JAX's own caches of the tests' `jax.jit`
+programs (thousands of entries) are not: a worker compiles thousands of programs, and
+past the kernel's limit on a process's maps (`vm.max_map_count`, 65530 by default) the
+next compilation crashes the worker. So the caches are cleared whenever a test leaves
+the worker with more than `MAX_MAPS` maps.
 """
 
 import gc

@@ -25,7 +25,7 @@ import odeckpt as oc
 PACKAGE = pathlib.Path(oc.__file__).parent
 
 LAYERS = (
-    ("schedules", "_core"),
+    ("schedules", "_core", "_compiled"),
     ("_terms", "_saveat", "_progress", "_interpolation"),
     ("_solvers",),
     ("_controllers",),

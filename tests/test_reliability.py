@@ -167,7 +167,7 @@ def _global_rate(t, y, args):
 
 
 def _loop_compilations(caplog) -> int:
-    return sum(r.getMessage().startswith("Compiling jit(_compiled_loop)") for r in caplog.records)
+    return sum(r.getMessage().startswith("Compiling jit(solve)") for r in caplog.records)
 
 
 def test_eager_calls_reuse_the_compiled_loop_and_read_globals_afresh(caplog, monkeypatch):

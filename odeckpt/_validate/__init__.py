@@ -25,4 +25,4 @@ from .structure import (
     event_from_discrete as event_from_discrete,
     floating_state as floating_state,
 )
-from .values import check_values as check_values
+from .values import check_state_values as check_state_values, check_values as check_values

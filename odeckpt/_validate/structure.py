@@ -94,7 +94,7 @@ def check_inputs(solver, controller, adjoint, saveat, max_steps, dt0):
             "integer `max_steps` (the buffers have that many rows)."
         )
     for tolerance, value in _tolerances(controller):
-        value = concrete(jnp.asarray(value))
+        value = concrete(value)
         if value is not None and _not_positive(np, value):
             raise ValueError(f"`{name}({tolerance}=...)` must be positive; got {value}.")
 
@@ -174,7 +174,7 @@ def check_times(t0, t1, dt0, ts: tuple):
     c0, c1 = concrete(t0), concrete(t1)
     if c0 is None or c1 is None:
         return
-    d = None if dt0 is None else concrete(jnp.asarray(dt0))
+    d = None if dt0 is None else concrete(dt0)
     if d is not None and _dt0_against_direction(np, c0, c1, d):
         raise ValueError(
             f"`dt0` must be nonzero with the sign of `t1 - t0`; got dt0={d} for t0={c0}, t1={c1}."

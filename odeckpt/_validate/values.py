@@ -5,6 +5,7 @@ from collections.abc import Callable
 
 import equinox as eqx
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 
@@ -57,6 +58,40 @@ def check_values(y0, args, t0, t1, dt0, ts, controller, throw: bool, *, event=Fa
     return eqx.branched_error_if(y0, jnp.any(failed), jnp.argmax(failed), messages), None
 
 
+def check_state_values(y0, args) -> None:
+    """The checks of `y0` and `args` whose values are concrete (an eager call's),
+    raising `ValueError` as `check_values` would: an eager call passes these arrays to
+    its compiled program, where they are checked at run time only."""
+    leaves = jax.tree.leaves((y0, args))
+    if all(isinstance(x, jax.core.Tracer) or _finite(x) for x in leaves):
+        return
+    for check in _state_checks(y0, args):
+        values = [concrete(x) for x in check.inputs]
+        if all(v is not None for v in values) and check.bad(np, *values):
+            raise ValueError(check.message)
+
+
+def _finite(x) -> bool:
+    """Whether a concrete leaf holds no NaN or inf (non-numeric leaves count as finite)."""
+    try:
+        return bool(np.isfinite(x).all())
+    except TypeError:
+        return True
+
+
+def _state_checks(y0, args):
+    """The value checks of `y0` and `args`, in the order their failures are reported."""
+    for path, leaf in jax.tree_util.tree_flatten_with_path(y0)[0]:
+        name = jax.tree_util.keystr(path) or "y0"
+        message = f"`y0` has NaN or inf values in leaf {name}; pass a finite `y0`."
+        yield _ValueCheck((leaf,), _nonfinite, message)
+    for path, leaf in jax.tree_util.tree_flatten_with_path(args)[0]:
+        if isinstance(leaf, float) or eqx.is_inexact_array(leaf):
+            name = jax.tree_util.keystr(path) or "args"
+            message = f"`args` has NaN or inf values in leaf {name}; pass finite `args`."
+            yield _ValueCheck((leaf,), _nonfinite, message)
+
+
 class _ValueCheck(eqx.Module):
     """One value check: `bad(xp, *inputs)` says whether the inputs fail it."""
 
@@ -67,15 +102,7 @@ class _ValueCheck(eqx.Module):
 
 def _value_checks(y0, args, t0, t1, dt0, ts, controller, event):
     """Each value check, in the order their failures are reported."""
-    for path, leaf in jax.tree_util.tree_flatten_with_path(y0)[0]:
-        name = jax.tree_util.keystr(path) or "y0"
-        message = f"`y0` has NaN or inf values in leaf {name}; pass a finite `y0`."
-        yield _ValueCheck((leaf,), _nonfinite, message)
-    for path, leaf in jax.tree_util.tree_flatten_with_path(args)[0]:
-        if isinstance(leaf, float) or eqx.is_inexact_array(leaf):
-            name = jax.tree_util.keystr(path) or "args"
-            message = f"`args` has NaN or inf values in leaf {name}; pass finite `args`."
-            yield _ValueCheck((leaf,), _nonfinite, message)
+    yield from _state_checks(y0, args)
     yield _ValueCheck((t0,), _nonfinite, "`t0` must be finite.")
     nan = lambda xp, x: xp.isnan(x)  # (an event may end the solve: t1 may be inf)
     end = (nan, "`t1` must not be NaN.") if event else (_nonfinite, "`t1` must be finite.")
