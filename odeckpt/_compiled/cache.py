@@ -13,13 +13,14 @@ _ENVIRONMENT = "ODECKPT_COMPILEDCACHE_SIZE"
 
 
 class Entry:
-    """One cached program: the jitted function, for a reverse-mode call its forward
-    and backward programs (built on first use), and the static part of its output
-    (recorded when it is traced)."""
+    """One cached program: the key's parts, the jitted function, for a reverse-mode
+    call its forward and backward programs (built on first use), and the static part
+    of its output (recorded when it is traced)."""
 
-    __slots__ = ("jitted", "forward", "backward", "static_out")
+    __slots__ = ("parts", "jitted", "forward", "backward", "static_out")
 
-    def __init__(self):
+    def __init__(self, parts: tuple):
+        self.parts = parts  # the key's parts: they decode the inputs, and hold its objects
         self.jitted: Callable | None = None
         self.forward: Callable | None = None
         self.backward: Callable | None = None

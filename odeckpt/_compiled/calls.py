@@ -17,7 +17,8 @@ def call(fn: Callable, state: tuple, config: tuple):
     are part of the key (its traced ones are inputs)."""
     encoder = Encoder()
     try:
-        key = (fn, encoder.tree(state, False), encoder.tree(config, True))
+        parts = (encoder.tree(state, False), encoder.tree(config, True))
+        key = (fn, parts[0].key, parts[1].key)
         dynamic = encoder.dynamic
         batch = transforms.batch(dynamic)
         if batch is transforms.INLINE:  # `jax.vmap` among other transformations
@@ -29,9 +30,9 @@ def call(fn: Callable, state: tuple, config: tuple):
         return fn(*state, *config)
     entry = CACHE.get(key)
     if entry is None:
-        entry = Entry()
+        entry = Entry(parts)
         CACHE.put(key, entry)
-    program = _program(fn, key, entry)
+    program = _program(fn, entry)
     if batch is not None:
         out = transforms.batched(entry, program, dynamic, batch)
     elif mask is not None:
@@ -49,10 +50,10 @@ def call(fn: Callable, state: tuple, config: tuple):
 _ARRAY = object()  # where an output leaf is an array
 
 
-def _program(fn: Callable, key: tuple, entry: Entry):
-    """The traced function of one key: decode the inputs, solve, and return the
+def _program(fn: Callable, entry: Entry):
+    """The traced function of one entry: decode the inputs, solve, and return the
     output's array leaves (its structure and other leaves are recorded on `entry`)."""
-    state_key, config_key = key[1:3]
+    state_key, config_key = entry.parts
 
     def program(dynamic):
         values = iter(dynamic)

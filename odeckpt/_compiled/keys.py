@@ -17,84 +17,63 @@ _LIBRARIES = frozenset(
 _MAX_DEPTH = 4  # helper functions opened below a vector field
 
 
-class _Slot:
-    """A dynamic array in a key: its shape, dtype and weak type."""
+# Each part of a key has `key`, a plain tuple (compared and hashed by Python's own
+# tuple code, so a lookup costs little), and `decode`, which rebuilds the value it
+# stands for when the program is traced. A part compared by identity keeps its object,
+# so the identity is not reused while the cache holds the part.
 
-    __slots__ = ("aval", "_hash")
+
+class _Slot:
+    """A dynamic array: its shape, dtype and weak type."""
+
+    __slots__ = ("key",)
 
     def __init__(self, aval):
-        self.aval = aval
-        self._hash = hash(aval)
-
-    def __eq__(self, other):
-        return type(other) is _Slot and self.aval == other.aval
-
-    def __hash__(self):
-        return self._hash
+        self.key = ("array", aval.shape, aval.dtype, aval.weak_type)
 
     def decode(self, dynamic):
         return next(dynamic)
 
 
 class _Value:
-    """A concrete configuration array in a key, compared by value. It stands for
-    itself when the program is traced (a NumPy array is copied first)."""
+    """A concrete configuration array, compared by value. It stands for itself when
+    the program is traced (a NumPy array is copied first)."""
 
-    __slots__ = ("array", "key", "_hash")
+    __slots__ = ("array", "key")
 
     def __init__(self, x):
         host = np.asarray(x)
         self.array = np.array(host) if isinstance(x, np.ndarray | np.generic) else x
         weak = bool(jax.typeof(x).weak_type)
-        self.key = (type(x), host.dtype.str, host.shape, weak, host.tobytes())
-        self._hash = hash(self.key)
-
-    def __eq__(self, other):
-        return type(other) is _Value and self.key == other.key
-
-    def __hash__(self):
-        return self._hash
+        self.key = ("value", type(x), host.dtype.str, host.shape, weak, host.tobytes())
 
     def decode(self, dynamic):
         return self.array
 
 
 class _Scalar:
-    """A Python scalar, compared by type and exact value (NaN equals NaN; 0.0 and
+    """A Python number, compared by type and exact value (NaN equals NaN; 0.0 and
     -0.0 differ)."""
 
-    __slots__ = ("value", "key", "_hash")
+    __slots__ = ("value", "key")
 
     def __init__(self, value):
         self.value = value
         plain = value == value and value != 0  # (NaN and signed zeros by their text)
-        self.key = (type(value), value if plain else repr(value))
-        self._hash = hash(self.key)
-
-    def __eq__(self, other):
-        return type(other) is _Scalar and self.key == other.key
-
-    def __hash__(self):
-        return self._hash
+        self.key = ("number", type(value), value if plain else repr(value))
 
     def decode(self, dynamic):
         return self.value
 
 
 class _Same:
-    """A leaf compared by identity (unhashable, or a mutable object): it stands for
-    itself. The key holds it, so its identity is not reused while the key lives."""
+    """A leaf compared by identity (unhashable, or a mutable object)."""
 
-    __slots__ = ("value",)
+    __slots__ = ("value", "key")
 
     def __init__(self, value):
         self.value = value
-
-    def __eq__(self, other):
-        return type(other) is _Same and self.value is other.value
-
-    def __hash__(self):
-        return id(self.value)
+        self.key = ("same", id(value))
 
     def decode(self, dynamic):
         return self.value
@@ -102,46 +81,36 @@ class _Same:
 
 class _Equal:
     """A hashable leaf compared by equality (a string, a dtype, an enum, a static
-    object): it stands for itself."""
+    object)."""
 
-    __slots__ = ("value", "_hash")
+    __slots__ = ("value", "key")
 
     def __init__(self, value):
         self.value = value
-        self._hash = hash((type(value), value))
-
-    def __eq__(self, other):
-        return (
-            type(other) is _Equal
-            and type(self.value) is type(other.value)
-            and (self.value is other.value or self.value == other.value)
-        )
-
-    def __hash__(self):
-        return self._hash
+        self.key = ("equal", type(value), value)
 
     def decode(self, dynamic):
         return self.value
 
 
 class _Tree:
-    """A PyTree in a key: its structure and its leaves' keys."""
+    """A PyTree: its structure and its leaves' parts (or a marker structure and the
+    parts of a bound method or a `functools.partial`)."""
 
-    __slots__ = ("treedef", "leaves", "_hash")
+    __slots__ = ("treedef", "leaves", "key")
 
     def __init__(self, treedef, leaves: tuple):
         self.treedef, self.leaves = treedef, leaves
-        self._hash = hash((treedef, leaves))
-
-    def __eq__(self, other):
-        return (
-            type(other) is _Tree and self.treedef == other.treedef and self.leaves == other.leaves
-        )
-
-    def __hash__(self):
-        return self._hash
+        self.key = ("tree", treedef, tuple([leaf.key for leaf in leaves]))
 
     def decode(self, dynamic):
+        if self.treedef == "method":
+            func, owner = (leaf.decode(dynamic) for leaf in self.leaves)
+            return types.MethodType(func, owner)
+        if self.treedef == "partial":
+            func = self.leaves[0].decode(dynamic)
+            args, keywords = self.leaves[1].decode(dynamic)
+            return ft.partial(func, *args, **keywords)
         return jax.tree.unflatten(self.treedef, [leaf.decode(dynamic) for leaf in self.leaves])
 
 
@@ -149,33 +118,32 @@ _EMPTY = object()  # an empty closure cell
 
 
 class _Function:
-    """A plain Python function in a key: its code, and the keys of its defaults, of
-    its closure cells' contents and of the globals its code names. Decoded, it is the
-    same code over the decoded values (so the arrays among them are the program's
-    inputs)."""
+    """A plain Python function: its code, and the parts of its defaults, of its
+    closure cells' contents and of the globals its code names. Decoded, it is the same
+    code over the decoded values (so the arrays among them are the program's inputs)."""
 
-    __slots__ = ("function", "parts", "_hash")
+    __slots__ = ("function", "parts", "key")
 
     def __init__(self, function, parts: tuple):
         self.function, self.parts = function, parts
-        self._hash = hash((function.__code__, parts))
-
-    def __eq__(self, other):
-        return (
-            type(other) is _Function
-            and self.function.__code__ is other.function.__code__
-            and self.function.__globals__ is other.function.__globals__
-            and self.parts == other.parts
+        defaults, kwdefaults, cells, names = parts
+        self.key = (
+            "function",
+            function.__code__,
+            id(function.__globals__),
+            defaults.key,
+            kwdefaults.key,
+            tuple([cell.key for cell in cells]),
+            tuple([(name, value.key) for name, value in names]),
         )
-
-    def __hash__(self):
-        return self._hash
 
     def decode(self, dynamic):
         f = self.function
-        defaults, kwdefaults, cells, names = (part.decode(dynamic) for part in self.parts)
+        defaults, kwdefaults, cells, names = self.parts
+        defaults, kwdefaults = defaults.decode(dynamic), kwdefaults.decode(dynamic)
+        cells = tuple(cell.decode(dynamic) for cell in cells)
         namespace = dict(f.__globals__)
-        namespace.update(names)
+        namespace.update((name, value.decode(dynamic)) for name, value in names)
         closure = None
         if f.__closure__ is not None:
             closure = tuple(
@@ -204,6 +172,12 @@ def _opens(f) -> bool:
     return module.partition(".")[0] not in _LIBRARIES
 
 
+_SCALARS = frozenset((bool, int, float, complex))
+_ARRAYS = (jax.Array, np.ndarray, np.generic)
+# What a function names that stands for itself: modules, classes, built-in functions.
+_ITSELF = (types.ModuleType, type, types.BuiltinFunctionType)
+
+
 class Encoder:
     """Builds a key, collecting the dynamic arrays in order."""
 
@@ -213,116 +187,84 @@ class Encoder:
 
     def tree(self, tree, by_value: bool, depth: int = 0) -> _Tree:
         leaves, treedef = jax.tree.flatten(tree)
-        return _Tree(treedef, tuple(self.leaf(x, by_value, depth) for x in leaves))
+        return _Tree(treedef, tuple([self.leaf(x, by_value, depth) for x in leaves]))
 
-    def values(self, values, by_value: bool, depth: int) -> _Tree:
-        """A tuple or dict of the values a function reads: each a PyTree, except a
-        mutable container (list, dict) without arrays, which stands for itself (a
-        callback may append to it)."""
-        if values is None:
-            return self.tree(None, by_value, depth)
-        items = values.items() if isinstance(values, dict) else enumerate(values)
-        kept = {k: _Kept(v) if _mutable_without_arrays(v) else v for k, v in items}
-        if not isinstance(values, dict):
-            kept = tuple(kept[i] for i in range(len(values)))
-        return self.tree(kept, by_value, depth)
+    def value(self, value, by_value: bool, depth: int):
+        """One value a function reads (a default, a closure cell, a global): a PyTree,
+        except what stands for itself: a module, a class, a built-in function, and a
+        mutable container (list, dict) without arrays (a callback may append to it)."""
+        if isinstance(value, _ITSELF) or value is _EMPTY:
+            return _Same(value)
+        if isinstance(value, list | dict) and not any(
+            isinstance(x, _ARRAYS) for x in jax.tree.leaves(value)
+        ):
+            return _Same(value)
+        return self.tree(value, by_value, depth)
 
     def leaf(self, x, by_value: bool, depth: int):
-        if type(x) is _Kept:
-            return _Same(x.value)
-        if isinstance(x, jax.Array | np.ndarray | np.generic):
+        kind = type(x)
+        if kind in _SCALARS:
+            return _number(kind, x) if x == x and x != 0 else _Scalar(x)
+        if isinstance(x, _ARRAYS):
             if by_value and not isinstance(x, jax.core.Tracer):
                 return _Value(x)
             self.dynamic.append(x)
             aval = jax.typeof(x)
-            return _Slot((aval.shape, aval.dtype, aval.weak_type))
-        if isinstance(x, bool | int | float | complex):
-            return _Scalar(x)
-        if isinstance(x, types.FunctionType) and depth < _MAX_DEPTH and _opens(x):
+            return _Slot(aval)
+        if kind is types.FunctionType and depth < _MAX_DEPTH and _opens(x):
             if id(x) not in self.path:
                 return self.function(x, by_value, depth)
-        if isinstance(x, types.MethodType):
-            return _Tree(_METHOD, (self.leaf(x.__func__, by_value, depth), _Same(x.__self__)))
-        if isinstance(x, ft.partial):
-            parts = (x.func, x.args, x.keywords)
+        if kind is types.MethodType:
+            return _Tree("method", (self.leaf(x.__func__, by_value, depth), _Same(x.__self__)))
+        if kind is ft.partial:
+            parts = (x.args, x.keywords)
             return _Tree(
-                _PARTIAL,
-                (self.leaf(x.func, by_value, depth),) + (self.tree(parts[1:], by_value, depth),),
+                "partial", (self.leaf(x.func, by_value, depth), self.tree(parts, by_value))
             )
+        if isinstance(x, _SCALARS_ABC):  # a subclass of a Python number
+            return _Scalar(x)
         try:
             _ = hash(x)
         except TypeError:
             return _Same(x)
-        if (
-            isinstance(x, types.FunctionType | types.ModuleType | type)
-            or type(x).__eq__ is object.__eq__
-        ):
+        if isinstance(x, (types.FunctionType, *_ITSELF)) or kind.__eq__ is object.__eq__:
             return _Same(x)
         return _Equal(x)
 
-    def function(self, f: types.FunctionType, by_value: bool, depth: int) -> _Function:
+    def function(self, f: types.FunctionType, by_value: bool, depth: int) -> "_Function":
         self.path.add(id(f))
+        depth += 1
         try:
             namespace = f.__globals__
-            names = {n: namespace[n] for n in _global_names(f.__code__) if n in namespace}
-            cells = []
-            for cell in f.__closure__ or ():
-                try:
-                    cells.append(cell.cell_contents)
-                except ValueError:
-                    cells.append(_EMPTY)
-            parts = (
-                self.values(f.__defaults__, by_value, depth + 1),
-                self.values(f.__kwdefaults__, by_value, depth + 1),
-                self.values(tuple(cells), by_value, depth + 1),
-                self.values(names, by_value, depth + 1),
+            names = tuple(
+                (n, self.value(namespace[n], by_value, depth))
+                for n in _global_names(f.__code__)
+                if n in namespace
             )
+            cells = tuple(
+                self.value(_contents(cell), by_value, depth) for cell in f.__closure__ or ()
+            )
+            defaults = _NONE if f.__defaults__ is None else self.tree(f.__defaults__, by_value)
+            kw = _NONE if f.__kwdefaults__ is None else self.tree(f.__kwdefaults__, by_value)
         finally:
             self.path.discard(id(f))
-        return _Function(f, parts)
+        return _Function(f, (defaults, kw, cells, names))
 
 
-class _Kept:
-    """A value that stands for itself in a key (wrapped so that it is a PyTree leaf)."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value):
-        self.value = value
+def _contents(cell):
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell
+        return _EMPTY
 
 
-def _mutable_without_arrays(value) -> bool:
-    if not isinstance(value, list | dict):
-        return False
-    leaves = jax.tree.leaves(value)
-    return not any(isinstance(x, jax.Array | np.ndarray | np.generic) for x in leaves)
+_SCALARS_ABC = bool | int | float | complex
 
 
-class _Rebuilt:
-    """Decodes `(func, (args, keywords))` and `(method, self)` pairs."""
-
-    def __init__(self, kind: str):
-        self.kind = kind
-
-    def __eq__(self, other):
-        return type(other) is _Rebuilt and self.kind == other.kind
-
-    def __hash__(self):
-        return hash(self.kind)
+@ft.lru_cache(maxsize=1024)
+def _number(kind: type, value) -> _Scalar:
+    """The part of a Python number (not NaN, not zero), shared between calls."""
+    return _Scalar(value)
 
 
-_METHOD, _PARTIAL = _Rebuilt("method"), _Rebuilt("partial")
-
-
-def _decode_tree(self: _Tree, dynamic):
-    if self.treedef is _METHOD:
-        func, owner = (leaf.decode(dynamic) for leaf in self.leaves)
-        return types.MethodType(func, owner)
-    if self.treedef is _PARTIAL:
-        func = self.leaves[0].decode(dynamic)
-        args, keywords = self.leaves[1].decode(dynamic)
-        return ft.partial(func, *args, **keywords)
-    return jax.tree.unflatten(self.treedef, [leaf.decode(dynamic) for leaf in self.leaves])
-
-
-_Tree.decode = _decode_tree  # (the pairs above are `_Tree`s with a marker structure)
+_NONE = _Same(None)
