@@ -16,8 +16,15 @@ import gc
 import os
 import pathlib
 
-import jax
-import pytest
+# The tests compile thousands of small programs and run most of them a few times, so
+# compiling is most of their time: XLA's CPU backend at optimisation level 0 compiles
+# them about 30% faster. The benchmarks, and users, run at XLA's default level.
+_FAST_COMPILE = "--xla_backend_optimization_level=0"
+if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_FAST_COMPILE}".strip()
+
+import jax  # noqa: E402  (after XLA_FLAGS: JAX reads them when its backend starts)
+import pytest  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_rank_promotion", "raise")
