@@ -1,12 +1,13 @@
 """Calls outside `jax.jit`: a solve and its gradient called eagerly, again and again, as
 code that does not wrap its training step or parameter sweep in `jax.jit` runs them.
 
-Both libraries compile the solve's loop on the first call and reuse it on later calls
-with the same vector field and shapes (diffrax wraps `diffeqsolve` in
-`eqx.filter_jit`; odeckpt compiles its loops and their forward and backward passes,
-keyed by the vector field's closure-converted program). What remains per call is the
-eager work around the loop: input checks, tracing the vector field once, building the
-solution. The reference for each row is the same call under `jax.jit` (its floor).
+Both libraries compile the solve on the first call and reuse it on later calls with
+the same vector field and shapes: diffrax wraps `diffeqsolve` in `eqx.filter_jit`;
+odeckpt runs the whole solve as one compiled program from its cache (a forward and a
+backward program under `jax.grad`; `docs/performance.md`, "Eager calls"). What
+remains per call is building the key and dispatching. The reference for each row is
+the same call under `jax.jit` (its floor); the eager call also builds the solver and
+controller objects each time, as the code it stands for does.
 
 Problems: the scalar decay `y' = -a y + sin t` on [0, 3] (Tsit5, `PIDController(rtol=
 1e-8, atol=1e-8)`, `dt0 = 0.1`, `SaveAt(t1)`), and a neural ODE (an MLP 2-64-64-2 with
@@ -15,6 +16,10 @@ forward solve, and `jax.grad` of a scalar loss (under `CheckpointAdjoint()` and 
 `RecursiveCheckpointAdjoint()`, the defaults). A new parameter value every call.
 """
 
+import os
+import subprocess
+import sys
+import tempfile
 import time
 
 import diffrax as dfx
@@ -87,6 +92,7 @@ def _calls(solve, lib):
 
 def _first_call_seconds(fn, p) -> float:
     jax.clear_caches()
+    oc.clear_compiled_cache()
     start = time.perf_counter()
     jax.block_until_ready(fn(p))
     return time.perf_counter() - start
@@ -120,6 +126,51 @@ def measure(quick: bool) -> list[list[str]]:
     return rows
 
 
+_PROBLEMS = {"decay": _decay_problem, "neural": _neural_problem}
+
+
+def _in_new_process(problem: str, mode: str, cache: str) -> float:
+    """The first eager call's seconds in a fresh process whose JAX persistent
+    compilation cache is `cache` (the two settings of `docs/performance.md`)."""
+    args = [sys.executable, os.path.abspath(__file__), "--first-call", problem, mode, cache]
+    out = subprocess.run(args, capture_output=True, text=True, check=True)
+    return float(out.stdout.split()[-1])
+
+
+def _first_call_in_this_process(problem: str, mode: str, cache: str) -> None:
+    jax.config.update("jax_compilation_cache_dir", cache)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    _, solve, p = _PROBLEMS[problem]()
+    eager, _ = _calls(solve, oc)[mode]
+    start = time.perf_counter()
+    jax.block_until_ready(eager(p))
+    print(time.perf_counter() - start)
+
+
+def persistent_rows() -> list[list[str]]:
+    """Per problem and call: the first eager call of a new process with an empty
+    persistent cache, then of a second process reading the cache the first filled."""
+    rows = []
+    for problem in _PROBLEMS:
+        name = _PROBLEMS[problem]()[0]
+        for mode in ("forward", "gradient"):
+            with tempfile.TemporaryDirectory() as cache:
+                first = _in_new_process(problem, mode, cache)
+                second = _in_new_process(problem, mode, cache)
+            ratio = second / first
+            verdict = "met" if ratio <= 0.3 else "**not met**"
+            rows.append(
+                [
+                    name,
+                    mode,
+                    seconds_cell(first),
+                    seconds_cell(second),
+                    f"{ratio:.2f} (target <= 0.3: {verdict})",
+                ]
+            )
+    return rows
+
+
 def run(quick: bool) -> Section:
     table = Table(
         [
@@ -136,17 +187,45 @@ def run(quick: bool) -> Section:
         measure(quick),
     )
     notes = [
-        "First call: wall time of the first eager call after `jax.clear_caches()` "
+        "First call: wall time of the first eager call after `jax.clear_caches()` (and "
+        "`odeckpt.clear_compiled_cache()`) "
         "(tracing and compilation included). Later calls: medians of interleaved samples "
         "of eager calls with the loop already compiled; the ratios are medians of "
         "per-round ratios, against diffrax's eager call and against the library's own "
         "call under `jax.jit`.",
         "diffrax's compiled `diffeqsolve` is keyed on the identity of the vector field, "
         "so an array the field reads from a global keeps the value it had when first "
-        "compiled (a later change is silently ignored); odeckpt passes every array the "
-        "field reads into the compiled loop, so a changed global is read afresh "
-        "(`tests/test_reliability.py`).",
+        "compiled (a later change is silently ignored); odeckpt keys a plain vector field "
+        "by its code and passes the arrays its closure and its named globals hold into "
+        "the compiled program, so a changed global is read afresh "
+        "(`tests/test_reliability.py`, `tests/test_eager.py`).",
     ]
-    return Section(
-        title="Eager calls: a solve and its gradient outside `jax.jit`", table=table, notes=notes
+    persistent = Table(
+        [
+            "problem",
+            "call",
+            "first call, first process",
+            "first call, second process",
+            "second / first",
+        ],
+        persistent_rows(),
+        caption="JAX's persistent compilation cache: the first eager call of two "
+        "processes in turn, the second reading the programs the first compiled",
     )
+    notes.append(
+        "Persistent cache: each process imports odeckpt, sets "
+        "`jax_compilation_cache_dir` (a fresh directory per row) and "
+        "`jax_persistent_cache_min_compile_time_secs = 0`, and times its first eager "
+        "call; the second process still traces the solve, and loads the compiled "
+        "programs instead of compiling them."
+    )
+    return Section(
+        title="Eager calls: a solve and its gradient outside `jax.jit`",
+        table=table,
+        notes=notes,
+        extra_tables=[persistent],
+    )
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--first-call"]:
+    _first_call_in_this_process(*sys.argv[2:5])
