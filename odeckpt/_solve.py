@@ -221,12 +221,11 @@ def _solve(
 
 @eqx.filter_jit
 def _compiled_loop(adjoint, integrator, problem, state0, max_steps):
-    """The adjoint's loop, for a solve called outside any JAX transformation, compiled
-    once per program: a call with the same vector field (compared by its
-    closure-converted text), options and shapes reuses it, as diffrax's
-    `eqx.filter_jit` on `diffeqsolve` does. (Under `jax.jit` the caller's compilation
-    serves; under autodiff or `jax.vmap` the loop runs as it is traced, so that a
-    failure in a backward pass raises its own message.)"""
+    """The adjoint's loop, compiled, for a solve whose inputs are all concrete and
+    that runs uncompiled: an eager call `_compiled` cannot key (an unhashable static
+    input). A call with the same vector field (compared by its closure-converted text),
+    options and shapes reuses it. (Under `jax.jit` the caller's compilation serves;
+    under autodiff or `jax.vmap` the loop runs as it is traced.)"""
     return adjoint.loop(integrator, problem, state0, max_steps)
 
 
