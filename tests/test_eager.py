@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -204,3 +205,18 @@ def test_a_second_process_reuses_the_persistent_compilation_cache(tmp_path):
     assert first_hits == 0 and second_hits >= 2  # the forward and backward programs
     assert second == first
     np.testing.assert_allclose(first, -2 * T * 2 * np.exp(-2 * 0.5 * T), rtol=1e-5)
+
+
+class _UnhashableField(eqx.Module):
+    rates: list = eqx.field(static=True)  # a static field that cannot be hashed
+
+    def __call__(self, t, y, args):
+        return -self.rates[0] * y
+
+
+def test_an_unhashable_static_field_is_compared_by_value():
+    """A vector field with an unhashable static part (a list): the program's key
+    compares it by value, so a changed value is a new program with its own result."""
+    for rate in (0.5, 1.5):
+        y = oc.diffeqsolve(_UnhashableField([rate]), oc.Tsit5(), 0.0, T, 0.1, jnp.ones(2)).ys
+        np.testing.assert_allclose(y[0], np.exp(-rate * T), rtol=1e-5)
