@@ -228,10 +228,10 @@ def run(quick: bool) -> Section:
         "`jax_persistent_cache_min_compile_time_secs = 0`, and times its first eager "
         "call; the second process still traces the solve, and loads the compiled "
         "programs instead of compiling them. JAX's persistent cache does not store a "
-        "program that holds host callbacks: with `throw=True` (the default) the failure "
-        "check (`eqx.error_if`) and run-time value checks are such callbacks, so those "
-        "programs are compiled again; the last column repeats the pair with "
-        "`throw=False`."
+        "program that holds host callbacks; with the cache on, an eager forward solve "
+        "checks its failure on the host, but under eager `jax.grad` the forward program "
+        "keeps its `eqx.error_if` check (a host callback) and is compiled again. The last "
+        "column repeats the pair with `throw=False`."
     )
     return Section(
         title="Eager calls: a solve and its gradient outside `jax.jit`",

@@ -22,6 +22,7 @@ from odeckpt._core import (
     as_arrays,
     closure_convert,
     concrete,
+    host_check,
     promoted_dtype,
     raise_if_failed,
 )
@@ -112,9 +113,26 @@ def diffeqsolve(
     config = (solver, t0, t1, dt0, saveat, stepsize_controller, adjoint, max_steps, throw)
     config += (progress_meter,)
     if compiled.staging():  # under `jax.jit`: traced into the caller's program
-        return _solve(*state, *config)
+        return _solve(*state, *config, False)  # pyright: ignore[reportReturnType]
     check_state_values(y0, args)  # concrete: raise now, not from the compiled program
-    return compiled.call(_solve, state, config)
+    # With JAX's persistent cache on, a call with nothing traced checks its result on
+    # the host once the program has run: then the program holds no host callback, which
+    # the persistent cache would refuse to store. (Otherwise the check stays in the
+    # program, and the call returns before the solve has finished.)
+    host = config + (True,) if throw and _persistent_cache() else None
+    out, checked_on_host = compiled.call(_solve, state, config + (False,), host)
+    if not checked_on_host:
+        return out
+    solution, check = out
+    check.raise_if_failed()
+    return solution
+
+
+def _persistent_cache() -> bool:
+    """Whether JAX's persistent compilation cache is on (`docs/performance.md`)."""
+    config = jax.config
+    directory = config.jax_compilation_cache_dir  # pyright: ignore[reportAttributeAccessIssue]
+    return bool(directory) and config.jax_enable_compilation_cache  # pyright: ignore
 
 
 def _solve(
@@ -132,8 +150,12 @@ def _solve(
     max_steps,
     throw,
     progress_meter,
-) -> Solution:
-    """The solve itself, traced once per program (`_compiled`)."""
+    host_checks,
+):
+    """The solve itself, traced once per program (`_compiled`). With `host_checks`
+    (and `throw`) it returns `(solution, HostCheck)`: the caller raises a failure on
+    the host, and no value check runs at run time (the caller checked the state's
+    values, and every other input is concrete)."""
     check_inputs(solver, stepsize_controller, adjoint, saveat, max_steps, dt0)
     check_terms(terms, solver, y0)
     term = as_term(terms)
@@ -163,7 +185,15 @@ def _solve(
     )
     real = check_event(event, adjoint, jnp.asarray(t0, tdtype), y0, args, given)
     y0, invalid = check_values(
-        y0, args, t0, t1, dt0, ts, stepsize_controller, throw, event=event is not None
+        y0,
+        args,
+        t0,
+        t1,
+        dt0,
+        ts,
+        stepsize_controller,
+        throw and not host_checks,
+        event=event is not None,
     )
     span = (concrete(t0), concrete(t1))  # for error messages, when known at trace time
     expected = expected_step_count(stepsize_controller, t0, t1, dt0, tdtype)
@@ -215,6 +245,8 @@ def _solve(
     )
     if not throw:
         return solution
+    if host_checks:
+        return solution, host_check(solution.result, out.state.t * sign, *span, max_steps or 0)
     # Thread the error onto every output (not only `ys`): a dense-only solve has no `ys`.
     return raise_if_failed(solution, solution.result, out.state.t * sign, *span, max_steps or 0)
 

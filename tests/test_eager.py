@@ -182,14 +182,21 @@ _SECOND_PROCESS = textwrap.dedent(
         lambda t, y, a: -a * y, oc.Tsit5(), 0.0, 2.0, 0.1, jnp.ones(2), args=a,
         stepsize_controller=oc.PIDController(rtol=1e-6, atol=1e-8)).ys ** 2)
     g = jax.grad(loss)(0.5)
-    print(len(hits), float(g))
+    try:  # checked on the host (no callback in the program): still raised, same text
+        oc.diffeqsolve(lambda t, y, a: -y, oc.Tsit5(), 0.0, 2.0, 0.1, jnp.ones(2), max_steps=3)
+        raised = "none"
+    except Exception as error:
+        named = "`max_steps` (3) reached" in str(error)
+        raised = type(error).__name__ + ("-max_steps" if named else "")
+    print(len(hits), float(g), raised)
     """
 )
 
 
 def test_a_second_process_reuses_the_persistent_compilation_cache(tmp_path):
     """With JAX's persistent compilation cache on (two settings), a second process
-    loads the first one's compiled programs instead of compiling them."""
+    loads the first one's compiled programs instead of compiling them, a failing
+    solve's too (its failure is then checked on the host, with the same message)."""
     script = tmp_path / "solve.py"
     script.write_text(_SECOND_PROCESS)
     env = dict(os.environ, JAX_PLATFORMS="cpu")
@@ -197,12 +204,14 @@ def test_a_second_process_reuses_the_persistent_compilation_cache(tmp_path):
     def run():
         args = [sys.executable, str(script), str(tmp_path / "cache")]
         out = subprocess.run(args, capture_output=True, text=True, env=env, check=True)
-        hits, gradient = out.stdout.split()
+        hits, gradient, raised = out.stdout.split()
+        assert raised == "EquinoxRuntimeError-max_steps"
         return int(hits), float(gradient)
 
     first_hits, first = run()
     second_hits, second = run()
-    assert first_hits == 0 and second_hits >= 2  # the forward and backward programs
+    # the gradient's forward and backward programs, and the failing solve's program
+    assert first_hits == 0 and second_hits >= 3
     assert second == first
     np.testing.assert_allclose(first, -2 * T * 2 * np.exp(-2 * 0.5 * T), rtol=1e-5)
 

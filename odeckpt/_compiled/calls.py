@@ -4,6 +4,7 @@ from collections.abc import Callable
 
 import equinox as eqx
 import jax
+import jax.core
 
 from . import transforms
 from .cache import CACHE, Entry
@@ -11,26 +12,32 @@ from .errors import translating
 from .keys import Encoder
 
 
-def call(fn: Callable, state: tuple, config: tuple):
-    """`fn(*state, *config)`, compiled: from the cache when a call with the same key
-    ran before. `state`'s arrays are the program's inputs; `config`'s concrete arrays
-    are part of the key (its traced ones are inputs)."""
+def call(fn: Callable, state: tuple, config: tuple, plain: tuple | None = None):
+    """`(fn(*state, *config), False)`, compiled: from the cache when a call with the
+    same key ran before. `state`'s arrays are the program's inputs; `config`'s concrete
+    arrays are part of the key (its traced ones are inputs). With `plain`: where no
+    input is traced, `(fn(*state, *plain), True)` instead."""
     encoder = Encoder()
     try:
-        parts = (encoder.tree(state, False), encoder.tree(config, True))
-        key = (fn, parts[0].key, parts[1].key)
+        state_part = encoder.tree(state, False)
+        used = plain is not None and not any(map(_traced, encoder.dynamic))
+        chosen = plain if used and plain is not None else config
+        config_part = encoder.tree(chosen, True)
+        if used and any(map(_traced, encoder.dynamic)):  # a traced configuration
+            return call(fn, state, config)
+        key = (fn, state_part.key, config_part.key)
         dynamic = encoder.dynamic
         batch = transforms.batch(dynamic)
         if batch is transforms.INLINE:  # `jax.vmap` among other transformations
-            return fn(*state, *config)
+            return fn(*state, *chosen), used
         mask = None if batch is not None else transforms.reverse_mask(dynamic)
         key += (mask, None if batch is None else batch[1:])
         _ = hash(key)
     except TypeError:  # an unhashable static part (as `eqx.filter_jit` would refuse)
-        return fn(*state, *config)
+        return fn(*state, *config), False
     entry = CACHE.get(key)
     if entry is None:
-        entry = Entry(parts)
+        entry = Entry((state_part, config_part))
         CACHE.put(key, entry)
     program = _program(fn, entry)
     if batch is not None:
@@ -44,7 +51,11 @@ def call(fn: Callable, state: tuple, config: tuple):
         out = translating(jitted, dynamic)
     treedef, static = entry.static_out
     arrays = iter(out)
-    return jax.tree.unflatten(treedef, [next(arrays) if x is _ARRAY else x for x in static])
+    return jax.tree.unflatten(treedef, [next(arrays) if x is _ARRAY else x for x in static]), used
+
+
+def _traced(x) -> bool:
+    return isinstance(x, jax.core.Tracer)
 
 
 _ARRAY = object()  # where an output leaf is an array

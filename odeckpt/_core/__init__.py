@@ -23,7 +23,9 @@ from .promotion import (
 )
 from .results import (
     RESULTS as RESULTS,
+    HostCheck as HostCheck,
     failure_index as failure_index,
+    host_check as host_check,
     is_event as is_event,
     is_okay as is_okay,
     is_successful as is_successful,

@@ -233,3 +233,25 @@ def raise_if_failed(x, result: Int[Array, ""], t, t0=None, t1=None, max_steps: i
     messages = _FailureMessages(t0, t1, max_steps)
     index = failure_index(result, t)
     return eqx.branched_error_if(x, ~is_okay(result), index, messages)
+
+
+class HostCheck(eqx.Module):
+    """`raise_if_failed`'s check, deferred to the host: the packed index (int32 min
+    for a success) and the messages it indexes. An eager solve returns it from its
+    compiled program instead of a host callback, so that JAX's persistent cache can
+    store the program."""
+
+    index: Array
+    messages: _FailureMessages = eqx.field(static=True)
+
+    def raise_if_failed(self) -> None:
+        """Raise `EquinoxRuntimeError` with the failure's message, as `raise_if_failed`
+        would have from inside the program."""
+        index = np.asarray(self.index)
+        if index.size and int(index.max()) != np.iinfo(np.int32).min:
+            raise eqx.EquinoxRuntimeError(self.messages[int(index.max())])
+
+
+def host_check(result: Int[Array, ""], t, t0=None, t1=None, max_steps: int = 0) -> HostCheck:
+    """`raise_if_failed`'s check of `result` at time `t`, for the host (`HostCheck`)."""
+    return HostCheck(failure_index(result, t), _FailureMessages(t0, t1, max_steps))
