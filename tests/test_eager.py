@@ -229,3 +229,17 @@ def test_an_unhashable_static_field_is_compared_by_value():
     for rate in (0.5, 1.5):
         y = oc.diffeqsolve(_UnhashableField([rate]), oc.Tsit5(), 0.0, T, 0.1, jnp.ones(2)).ys
         np.testing.assert_allclose(y[0], np.exp(-rate * T), rtol=1e-5)
+
+
+def test_the_environment_sets_the_cache_size():
+    """`ODECKPT_COMPILED_CACHE_SIZE` sets the size a process starts with; a value that
+    is not a non-negative integer is refused with its name."""
+    code = "import odeckpt as oc; print(oc.compiled_cache_size())"
+
+    def run(value):
+        env = dict(os.environ, ODECKPT_COMPILED_CACHE_SIZE=value, JAX_PLATFORMS="cpu")
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+
+    assert run("7").stdout.split() == ["7"]
+    refused = run("-1")
+    assert refused.returncode != 0 and "ODECKPT_COMPILED_CACHE_SIZE" in refused.stderr

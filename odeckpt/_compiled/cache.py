@@ -1,5 +1,5 @@
 """The cache of compiled eager solves: least recently used first out, its size set by
-`compiled_cache_size` or `ODECKPT_COMPILEDCACHE_SIZE`."""
+`compiled_cache_size` or `ODECKPT_COMPILED_CACHE_SIZE`."""
 
 import collections
 import os
@@ -9,18 +9,19 @@ from collections.abc import Callable
 import numpy as np
 
 DEFAULT_SIZE = 64
-_ENVIRONMENT = "ODECKPT_COMPILEDCACHE_SIZE"
+_ENVIRONMENT = "ODECKPT_COMPILED_CACHE_SIZE"
 
 
 class Entry:
-    """One cached program: the key's parts, the jitted function, for a reverse-mode
-    call its forward and backward programs (built on first use), and the static part
-    of its output (recorded when it is traced)."""
+    """One cached program: the key's parts, the traced function, the jitted one, for a
+    reverse-mode call its forward and backward programs (built on first use), and the
+    static part of its output (recorded when it is traced)."""
 
-    __slots__ = ("parts", "jitted", "forward", "backward", "static_out")
+    __slots__ = ("parts", "program", "jitted", "forward", "backward", "static_out")
 
     def __init__(self, parts: tuple):
         self.parts = parts  # the key's parts: they decode the inputs, and hold its objects
+        self.program: Callable | None = None  # the traced function (`calls._program`)
         self.jitted: Callable | None = None
         self.forward: Callable | None = None
         self.backward: Callable | None = None
@@ -84,10 +85,10 @@ def compiled_cache_size(size: int | None = None) -> int:
 
     Each distinct eager solve (a new vector field, option, shape or dtype) compiles a
     program, kept in a least-recently-used cache of this many entries (default 64, or
-    the environment variable `ODECKPT_COMPILEDCACHE_SIZE`). A program holds its
-    machine code (about a hundred memory maps on CPU) and, once differentiated, its
-    forward and backward programs. `0` keeps none: every eager call compiles afresh.
-    Shrinking the cache drops the least recently used programs at once.
+    the environment variable `ODECKPT_COMPILED_CACHE_SIZE`). A program holds its
+    machine code (on CPU about three memory maps per XLA kernel) and, once
+    differentiated, its forward and backward programs. `0` keeps none: every eager
+    call compiles afresh. Shrinking the cache drops the least recently used programs at once.
 
     Returns:
         The size in force (after setting it).
@@ -101,7 +102,6 @@ def compiled_cache_size(size: int | None = None) -> int:
 
 def clear_compiled_cache() -> None:
     """Drop every compiled eager solve (`compiled_cache_size` bounds them anyway)."""
-    CACHE.resize(CACHE.size)
     with CACHE.lock:
         CACHE.entries.clear()
 

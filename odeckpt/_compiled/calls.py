@@ -38,8 +38,11 @@ def call(fn: Callable, state: tuple, config: tuple, plain: tuple | None = None):
     entry = CACHE.get(key)
     if entry is None:
         entry = Entry((state_part, config_part))
+        entry.program = program = _program(fn, entry)
         CACHE.put(key, entry)
-    program = _program(fn, entry)
+    else:
+        program = entry.program
+    assert program is not None
     if batch is not None:
         out = transforms.batched(entry, program, dynamic, batch)
     elif mask is not None:

@@ -219,7 +219,8 @@ class Encoder:
         if kind is ft.partial:
             parts = (x.args, x.keywords)
             return _Tree(
-                "partial", (self.leaf(x.func, by_value, depth), self.tree(parts, by_value))
+                "partial",
+                (self.leaf(x.func, by_value, depth), self.tree(parts, by_value, depth)),
             )
         if isinstance(x, _SCALARS_ABC):  # a subclass of a Python number
             return _Scalar(x)
@@ -244,8 +245,10 @@ class Encoder:
             cells = tuple(
                 self.value(_contents(cell), by_value, depth) for cell in f.__closure__ or ()
             )
-            defaults = _NONE if f.__defaults__ is None else self.tree(f.__defaults__, by_value)
-            kw = _NONE if f.__kwdefaults__ is None else self.tree(f.__kwdefaults__, by_value)
+            defaults, kw = (
+                _NONE if values is None else self.tree(values, by_value, depth)
+                for values in (f.__defaults__, f.__kwdefaults__)
+            )
         finally:
             self.path.discard(id(f))
         return _Function(f, (defaults, kw, cells, names))
