@@ -23,6 +23,7 @@ import scipy.integrate
 import odeckpt as oc
 from odeckpt._solvers import STIFF, AbstractESDIRK, AbstractRosenbrock
 from odeckpt._solvers.linear import dense as la
+from odeckpt._solvers.linear.stage_matrix import DenseStageMatrix
 from odeckpt._solvers.root_finder.newton import NewtonOptions, Stage, solve_stage
 from odeckpt._solvers.runge_kutta.order_conditions import lower_matrix, order_defects, tree_order
 from odeckpt._solvers.stiff import esdirk_tableaux as esdirk_tab, rosenbrock_tableaux as ros_tab
@@ -572,7 +573,7 @@ def _cubic_stage(p, hg=0.1, base=1.0):
     f = lambda t, z: -p * z**3
     stage = Stage(jnp.asarray(0.0), jnp.array([base]), jnp.asarray(hg))
     jac = jax.jacfwd(lambda z: f(0.0, z))(stage.base)
-    lu = la.factor(jnp.eye(1) - hg * jac)
+    lu = DenseStageMatrix(la.factor(jnp.eye(1) - hg * jac), jnp.asarray(hg))
     options = NewtonOptions(1e-12, 1e-12, 50)
     return solve_stage(f, stage, jnp.zeros(1), lu, jnp.asarray(1.0), options)
 
@@ -595,13 +596,13 @@ def test_failed_iteration_restarts_with_a_fresh_jacobian():
     the stage converges."""
     f = lambda t, z: -1e3 * z
     stage = Stage(jnp.asarray(0.0), jnp.array([1.0, 2.0]), jnp.asarray(0.1))
-    wrong = la.factor(jnp.eye(2))  # as if J = 0
+    wrong = DenseStageMatrix(la.factor(jnp.eye(2)), stage.hg)  # as if J = 0
     result = solve_stage(
         f, stage, jnp.zeros(2), wrong, jnp.asarray(1.0), NewtonOptions(1e-10, 1e-12, 10)
     )
     assert bool(result.converged)
     np.testing.assert_allclose(result.k, -1e3 * stage.base / (1 + 1e2), rtol=1e-10)
-    assert not np.allclose(result.lu.matrix, wrong.matrix)
+    assert not np.allclose(result.matrix.lu.matrix, wrong.lu.matrix)
 
 
 def test_newton_failure_rejects_the_step():

@@ -123,7 +123,14 @@ _MESSAGES = {
         "minimal example."
     ),
     RESULTS.singular: "A linear solve met a singular operator." + _UNUSED,
-    RESULTS.breakdown: "An iterative linear solve broke down." + _UNUSED,
+    RESULTS.breakdown: (
+        "An implicit stage's iterative linear solve (the solver's `linear_solver`, e.g. "
+        "`lineax.GMRES`) did not reach its tolerance: it ran out of `max_steps`, "
+        "stagnated or broke down. Use an adaptive step size controller (a failed step "
+        "is then rejected and retried smaller), raise the linear solver's `max_steps`, "
+        "pass a `preconditioner`, or use `linear_solver=lineax.LU()` where the dense "
+        "Jacobian fits in memory."
+    ),
     RESULTS.stagnation: "An iterative linear solve stagnated." + _UNUSED,
     RESULTS.conlim: "An iterative linear solve reached its condition limit." + _UNUSED,
     RESULTS.reversible_drifted: (
@@ -149,6 +156,7 @@ _CAUSES = {
     RESULTS.nonfinite_state: "Non-finite state (NaN or inf) in the step from {where}.",
     RESULTS.backsolve_diverged: "Backward reconstruction diverged.",
     RESULTS.implicit_solve_failed: "Newton iteration failed in the step from {where}.",
+    RESULTS.breakdown: "Linear solve failed in the step from {where}.",
     RESULTS.reversible_unstable: "Parasitic mode growing in the step from {where}.",
     RESULTS.invalid_input: "Invalid input value (nothing solved, at {where}).",
 }

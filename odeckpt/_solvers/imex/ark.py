@@ -12,11 +12,15 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from odeckpt._core import RESULTS
 from odeckpt._solvers.base import StepOutput
 from odeckpt._solvers.dense import hermite_coeffs
 from odeckpt._solvers.linear import dense as la
-from odeckpt._solvers.root_finder.newton import NewtonOptions, Stage, solve_stage
+from odeckpt._solvers.root_finder.newton import (
+    NewtonOptions,
+    Stage,
+    solve_stage,
+    stage_failure,
+)
 from odeckpt._solvers.root_finder.newton_solver import AbstractNewtonRK
 from odeckpt._solvers.runge_kutta.base import CalculateJacobian
 from odeckpt._solvers.runge_kutta.multi_tableau import broadcast_parts
@@ -31,12 +35,13 @@ else:
 
 
 class _Slopes(eqx.Module):
-    """The stage slopes of both parts (flat vectors), and whether every implicit stage
-    converged."""
+    """The stage slopes of both parts (flat vectors), whether every implicit stage
+    converged, and whether one failed in its linear solve."""
 
     explicit: list
     implicit: list
     converged: jax.Array
+    unsolved: jax.Array
 
 
 class AbstractIMEX(AbstractNewtonRK):
@@ -74,8 +79,7 @@ class AbstractIMEX(AbstractNewtonRK):
         explicit, implicit = broadcast_parts(term.parts())
         flat_i = la.flatten(implicit, y0, args)
         flat_e = la.flatten(explicit, y0, args)
-        frozen = la.flatten(*la.stop_gradients((implicit, y0, args)))
-        jac = la.jacobian(frozen.f, la.stop_gradients(t0), frozen.y)
+        jac = self.step_jacobian((implicit, y0, args), t0)
         options = NewtonOptions(self.rtol, self.atol, self.max_iters)
         slopes = _imex_stages(self.tableau, (flat_e.f, flat_i.f), flat_i.y, jac, t0, dt, options)
         table, y = self.tableau, flat_i.y
@@ -89,7 +93,7 @@ class AbstractIMEX(AbstractNewtonRK):
         coeffs = None
         if dense:
             coeffs = la.unravel_rows(flat_i, self._dense(y, y1, slopes, h))
-        failure = jnp.where(slopes.converged, RESULTS.successful, RESULTS.implicit_solve_failed)
+        failure = stage_failure(slopes.converged, slopes.unsolved)
         return StepOutput(flat_i.unravel(y1), flat_i.unravel(error), (), coeffs, failure)
 
     def _dense(self, y0, y1, slopes: _Slopes, h) -> jax.Array:
@@ -111,15 +115,16 @@ def _combine2(base, h, weights, slopes: _Slopes) -> jax.Array:
 def _imex_stages(tableau: tab.ImexTableau, fields, y, jac, t0, dt, options) -> _Slopes:
     """Every stage's slopes: explicit in the first field, implicit in the second.
 
-    `jac` (gradients stopped) steers the Newton iterations; it is factorised once per
-    distinct diagonal entry, and a factorisation refreshed by a failing stage is kept
-    for the later stages with the same entry.
+    `jac` (the step's Jacobian, gradients stopped) steers the Newton iterations: its
+    Newton matrix is built once per distinct diagonal entry, and one refreshed by a
+    failing stage is kept for the later stages with the same entry.
     """
     f_explicit, f_implicit = fields
     h = dt.astype(y.dtype)
     ke, ki = [f_explicit(t0, y)], [f_implicit(t0, y)]
     converged, eta = jnp.asarray(True), jnp.ones((), y.dtype)
-    lu, lu_gamma = None, None
+    unsolved = jnp.asarray(False)
+    matrix, matrix_gamma = None, None
     for i in range(1, tableau.stages):
         row, gamma, t = tableau.implicit[i], tableau.diagonal[i], t0 + tableau.c[i] * dt
         base = la.combine(y, [h * a for a in tableau.explicit[i]], ke)
@@ -129,17 +134,19 @@ def _imex_stages(tableau: tab.ImexTableau, fields, y, jac, t0, dt, options) -> _
             ki.append(f_implicit(t, z))
         else:
             hg = h * gamma
-            if lu is None or gamma != lu_gamma:
-                lu, lu_gamma = la.factor(la.shifted(jac, la.stop_gradients(hg))), gamma
+            if matrix is None or gamma != matrix_gamma:
+                matrix, matrix_gamma = jac.matrix(hg), gamma
             stage = Stage(t, base, hg)
-            result = solve_stage(f_implicit, stage, ki[tableau.predictor[i]], lu, eta, options)
+            guess = ki[tableau.predictor[i]]
+            result = solve_stage(f_implicit, stage, guess, matrix, eta, options)
             converged = converged & result.converged
+            unsolved = unsolved | result.unsolved
             eta = jnp.maximum(result.eta, jnp.finfo(y.dtype).eps) ** 0.8
-            lu = result.lu
+            matrix = result.matrix
             z = stage.base + stage.hg * result.k
             ki.append(result.k)
         ke.append(f_explicit(t, z))
-    return _Slopes(ke, ki, converged)
+    return _Slopes(ke, ki, converged, unsolved)
 
 
 @final

@@ -11,8 +11,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from odeckpt._core import zero_tangent
+from odeckpt._core import RESULTS, zero_tangent
 from odeckpt._solvers.linear import dense as la
+from odeckpt._solvers.linear.stage_matrix import AbstractStageMatrix
 
 
 class NewtonOptions(eqx.Module):
@@ -38,15 +39,18 @@ class StageResult(eqx.Module):
         k: the slope (meaningless unless `converged`).
         converged: whether the stopping rule was met within `max_iters` iterations.
         eta: the last error-bound factor, to start the next stage's test.
-        lu: the factorisation in use at the end (refreshed if the first failed).
+        matrix: the Newton matrix in use at the end (refreshed if the first failed).
         iterations: Newton iterations spent, restart included.
+        unsolved: whether the iteration failed because a linear solve did (an
+            iterative linear solver short of its tolerance).
     """
 
     k: jax.Array
     converged: jax.Array
     eta: jax.Array
-    lu: la.Factorisation
+    matrix: AbstractStageMatrix
     iterations: jax.Array
+    unsolved: jax.Array
 
 
 class _Iterate(eqx.Module):
@@ -56,6 +60,7 @@ class _Iterate(eqx.Module):
     count: jax.Array
     converged: jax.Array
     failed: jax.Array
+    unsolved: jax.Array  # the last linear solve failed
 
 
 def verdict(size, prev, eta, count, max_iters: int):
@@ -83,24 +88,36 @@ def verdict(size, prev, eta, count, max_iters: int):
     return eta, converged & ~failed, failed
 
 
+def stage_failure(converged, unsolved) -> jax.Array:
+    """A step's result code from its stages: whether they all `converged`, and whether
+    a failing one failed in its linear solve (`unsolved`)."""
+    failed = jnp.where(unsolved, RESULTS.breakdown, RESULTS.implicit_solve_failed)
+    return jnp.where(converged, RESULTS.successful, failed)
+
+
 def iterating(it) -> jax.Array:
     """Whether a Newton iteration record (`converged`, `failed`) goes on."""
     return ~(it.converged | it.failed)
 
 
-def _chord(f, stage: Stage, guess, lu, eta0, options: NewtonOptions) -> _Iterate:
-    """Simplified Newton from `guess` with the fixed factorisation `lu`."""
+def _chord(
+    f, stage: Stage, guess, matrix: AbstractStageMatrix, eta0, options: NewtonOptions
+) -> _Iterate:
+    """Simplified Newton from `guess` with the fixed Newton matrix `matrix`; a linear
+    solve that fails (an iterative solver short of its tolerance) fails the iteration."""
     dtype = guess.dtype
     floor = 100 * jnp.finfo(dtype).eps  # below this, increments are rounding noise
     rtol = jnp.maximum(jnp.asarray(options.rtol, dtype), floor)
+    solve = matrix.prepared(f)
 
     def body(it: _Iterate) -> _Iterate:
         z = stage.base + stage.hg * it.k
-        dk = la.solve(lu, f(stage.t, z) - it.k)
+        dk, solved = solve(f(stage.t, z) - it.k)
         atol = jnp.maximum(jnp.asarray(options.atol, dtype), floor * la.rms(z))
         size = la.rms(stage.hg * dk / (atol + rtol * jnp.abs(z)))
         eta, converged, failed = verdict(size, it.prev, it.eta, it.count, options.max_iters)
-        return _Iterate(it.k + dk, size, eta, it.count + 1, converged, failed)
+        converged, failed = converged & solved, failed | ~solved
+        return _Iterate(it.k + dk, size, eta, it.count + 1, converged, failed, ~solved)
 
     zero = jnp.zeros((), dtype)
     start = _Iterate(
@@ -110,12 +127,13 @@ def _chord(f, stage: Stage, guess, lu, eta0, options: NewtonOptions) -> _Iterate
         jnp.asarray(0, jnp.int32),
         jnp.asarray(False),
         jnp.asarray(False),
+        jnp.asarray(False),
     )
     return lax.while_loop(iterating, body, start)
 
 
 def solve_stage(
-    f, stage: Stage, guess, lu: la.Factorisation, eta0, options: NewtonOptions
+    f, stage: Stage, guess, matrix: AbstractStageMatrix, eta0, options: NewtonOptions
 ) -> StageResult:
     """Solve `k = f(t, base + hg k)` (forward: chord Newton; derivative: implicit).
 
@@ -123,7 +141,7 @@ def solve_stage(
         f: the flat vector field `f(t, z)`.
         stage: the stage's equation.
         guess: the starting slope (the predictor); it does not affect derivatives.
-        lu: the factorisation of `I - hg J` for the step's Jacobian `J`.
+        matrix: the Newton matrix `I - hg J` for the step's Jacobian `J`.
         eta0: the error-bound factor to judge the first iteration with.
         options: tolerances and iteration limit.
     """
@@ -131,56 +149,62 @@ def solve_stage(
     # their tangents.
     pure, consts = jax.closure_convert(f, stage.t, stage.base)
 
+    # The matrix's arrays pass as arguments, the rest (a preconditioner's closure-
+    # converted program) is closed over.
+    arrays, static = eqx.partition(matrix, eqx.is_array)
+
     @jax.custom_jvp
-    def root(consts, t, base, hg, guess, lu, eta0):
+    def root(consts, t, base, hg, guess, arrays, eta0):
         field = lambda t, z: pure(t, z, *consts)
-        return _solve_with_restart(field, Stage(t, base, hg), guess, lu, eta0, options)
+        matrix = eqx.combine(arrays, static)
+        return _solve_with_restart(field, Stage(t, base, hg), guess, matrix, eta0, options)
 
     def root_jvp(primals, tangents):
         out = root(*primals)
-        k = out[0]
+        k, matrix = out[0], eqx.combine(primals[5], static)
 
         def residual(consts, t, base, hg, k):
             return k - pure(t, base + hg * k, *consts)
 
         _, linear = jax.linearize(residual, *primals[:4], k)
         rhs = linear(*tangents[:4], jnp.zeros_like(k))
-        # The matrix from the transpose (`docs/solver-internals.md`, "The stage iteration").
-        transposed = jax.linear_transpose(linear, *primals[:4], k)
-        basis = jnp.eye(k.shape[0], dtype=k.dtype)
-        matrix = jax.vmap(lambda e: transposed(e)[-1])(basis)
-        dk = -la.solve(la.factor(matrix), rhs)
+        dk = -matrix.tangent_solve(linear, primals[:4], k, rhs)
         return out, (dk, *jax.tree.map(zero_tangent, out[1:]))
 
     _ = root.defjvp(root_jvp)
-    k, converged, eta, lu_out, iterations = root(
-        tuple(consts), stage.t, stage.base, stage.hg, guess, lu, eta0
+    k, converged, eta, arrays_out, iterations, unsolved = root(
+        tuple(consts), stage.t, stage.base, stage.hg, guess, arrays, eta0
     )
-    return StageResult(k, converged, eta, lu_out, iterations)
+    matrix_out = eqx.combine(arrays_out, static)
+    return StageResult(k, converged, eta, matrix_out, iterations, unsolved)
 
 
-def _solve_with_restart(f, stage: Stage, guess, lu, eta0, options: NewtonOptions):
+def _solve_with_restart(f, stage: Stage, guess, matrix, eta0, options: NewtonOptions):
     """Chord Newton; on failure, refresh the Jacobian at the guess and restart once.
 
     Why a `while_loop`, and the counter-scaled basis (`unit`): `docs/solver-internals.md`,
     "The stage iteration".
     """
-    first = _chord(f, stage, guess, lu, eta0, options)
+    first = _chord(f, stage, guess, matrix, eta0, options)
 
     def again(carry):
         it, _, restarts = carry
         return it.failed & (restarts < 1)
 
+    arrays, static = eqx.partition(matrix, eqx.is_array)  # the loop carries arrays only
+
     def restart(carry):
         _, _, restarts = carry
         unit = jnp.where(restarts >= 0, 1, 0)  # always 1; see the docstring
-        jac = la.jacobian(f, stage.t, stage.base + stage.hg * guess, unit)
-        fresh = la.factor(la.shifted(jac, stage.hg))
-        return _chord(f, stage, guess, fresh, jnp.ones_like(eta0), options), fresh, restarts + 1
+        fresh = matrix.refreshed(f, stage.t, stage.base + stage.hg * guess, unit)
+        it = _chord(f, stage, guess, fresh, jnp.ones_like(eta0), options)
+        return it, eqx.filter(fresh, eqx.is_array), restarts + 1
 
-    it, lu_out, restarts = lax.while_loop(again, restart, (first, lu, jnp.asarray(0, jnp.int32)))
+    start = (first, arrays, jnp.asarray(0, jnp.int32))
+    it, arrays_out, restarts = lax.while_loop(again, restart, start)
     iterations = it.count + jnp.where(restarts > 0, first.count, 0)
-    return it.k, it.converged, it.eta, lu_out, iterations
+    unsolved = it.unsolved & ~it.converged
+    return it.k, it.converged, it.eta, arrays_out, iterations, unsolved
 
 
 def dense_tangent_solve(linear, rhs):

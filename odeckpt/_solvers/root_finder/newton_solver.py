@@ -3,12 +3,17 @@ every Newton-based solver (`AbstractNewtonSolver`, accepting odeckpt's spelling 
 diffrax's), and the Newton matrix of a step.
 """
 
+from collections.abc import Callable
+
+import equinox as eqx
+
 from odeckpt._solvers.base import AbstractImplicitSolver
-from odeckpt._solvers.linear import dense as la
+from odeckpt._solvers.linear import choice
+from odeckpt._solvers.linear.choice import AbstractStepJacobian
 from odeckpt._solvers.runge_kutta.base import AbstractRungeKutta
 
 from .newton import NewtonOptions
-from .verychord import AbstractRootFinder, VeryChord
+from .verychord import DEFAULT_LINEAR_SOLVER, AbstractRootFinder, VeryChord
 
 # The effective Newton tolerances when only one of `rtol`, `atol` is given.
 _DEFAULT_RTOL, _DEFAULT_ATOL = 1e-10, 1e-12
@@ -26,19 +31,33 @@ class AbstractNewtonSolver(AbstractImplicitSolver):
             `VeryChord(rtol=1e-8, atol=1e-10)` (kappa `1e-2`).
         root_find_max_steps: iterations allowed per stage before the Jacobian is
             refreshed (and, on a second failure, the step is rejected). Default 10.
+        preconditioner: with an iterative `linear_solver`, a function `(t, y, args,
+            gamma_h)` returning a lineax operator (or a linear function of a PyTree
+            shaped like `y`) that approximates the inverse of `I - gamma_h df/dy(t,
+            y)`; it is called once per step (per diagonal entry of the method), at the
+            step's start, with gradients stopped. Default `None`.
+
+    The linear solver of the Newton iterations is `root_finder.linear_solver` (also
+    read as `linear_solver`); the constructor's `linear_solver=` sets it:
+    `lineax.LU()` (or diffrax's default, `lineax.AutoLinearSolver(well_posed=None)`)
+    is odeckpt's dense LU; any other lineax solver (`lineax.GMRES(rtol, atol)`,
+    `lineax.BiCGStab(rtol, atol)`, a user's) works matrix-free, on Jacobian-vector
+    products. See `docs/stiff.md`.
 
     Constructed either the odeckpt way, `Solver(rtol=1e-10, atol=1e-12, max_iters=10)`,
     or diffrax's, `Solver(root_finder=VeryChord(rtol=1e-8, atol=1e-10),
     root_find_max_steps=10)`; not both. A subclass with more fields takes these
-    arguments in its own `__init__` and sets both fields from `newton_settings`.
+    arguments in its own `__init__` and sets the fields from `newton_settings`.
 
     Raises:
         ValueError: for non-positive tolerances or iteration counts, for both
-            spellings at once, or a `root_finder` that is not a `VeryChord`.
+            spellings at once, a `root_finder` that is not a `VeryChord`, or a
+            `linear_solver` or `preconditioner` it cannot use (`linear/choice.py`).
     """
 
     root_finder: AbstractRootFinder = DEFAULT_ROOT_FINDER
     root_find_max_steps: int = 10
+    preconditioner: Callable | None = None
 
     def __init__(
         self,
@@ -48,10 +67,19 @@ class AbstractNewtonSolver(AbstractImplicitSolver):
         *,
         root_finder: AbstractRootFinder | None = None,
         root_find_max_steps: int | None = None,
+        linear_solver=None,
+        preconditioner: Callable | None = None,
     ):
         self.root_finder, self.root_find_max_steps = newton_settings(
-            type(self).__name__, rtol, atol, max_iters, root_finder, root_find_max_steps
+            type(self).__name__,
+            rtol,
+            atol,
+            max_iters,
+            root_finder,
+            root_find_max_steps,
+            linear_solver,
         )
+        self.preconditioner = preconditioner
 
     def __check_init__(self):
         if not (self.rtol > 0 and self.atol > 0 and self.max_iters >= 1):
@@ -59,6 +87,21 @@ class AbstractNewtonSolver(AbstractImplicitSolver):
                 f"`{type(self).__name__}(rtol, atol, max_iters)` need positive values; "
                 f"got rtol={self.rtol}, atol={self.atol}, max_iters={self.max_iters}."
             )
+        name = type(self).__name__
+        choice.check_linear_solver(name, self.linear_solver, self.preconditioner)
+
+    @property
+    def linear_solver(self):
+        """The lineax solver of the Newton iterations (`root_finder.linear_solver`)."""
+        return self.root_finder.linear_solver
+
+    def step_jacobian(self, problem, t0) -> AbstractStepJacobian:
+        """The step's Jacobian at `t0` of `problem = (term, y0, args)`, ready to give
+        the Newton matrix of each diagonal entry, as the linear solver uses it. It is
+        built from a copy with gradients stopped: it steers the iterations but is not
+        part of the result (the stages' derivatives come from the implicit function
+        theorem, `newton.solve_stage`)."""
+        return choice.step_jacobian(self.linear_solver, self.preconditioner, problem, t0)
 
     @property
     def rtol(self) -> float:
@@ -97,6 +140,8 @@ class AbstractNewtonRK(AbstractRungeKutta, AbstractNewtonSolver):
         root_finder: AbstractRootFinder | None = None,
         root_find_max_steps: int | None = None,
         scan_kind: str | None = None,
+        linear_solver=None,
+        preconditioner: Callable | None = None,
     ):
         self.scan_kind = scan_kind
         AbstractNewtonSolver.__init__(
@@ -106,6 +151,8 @@ class AbstractNewtonRK(AbstractRungeKutta, AbstractNewtonSolver):
             max_iters,
             root_finder=root_finder,
             root_find_max_steps=root_find_max_steps,
+            linear_solver=linear_solver,
+            preconditioner=preconditioner,
         )
 
     def init_state(self, term, t0, y0, args):
@@ -114,32 +161,29 @@ class AbstractNewtonRK(AbstractRungeKutta, AbstractNewtonSolver):
 
 
 def newton_settings(
-    name: str, rtol, atol, max_iters, root_finder, root_find_max_steps
+    name: str, rtol, atol, max_iters, root_finder, root_find_max_steps, linear_solver=None
 ) -> tuple[AbstractRootFinder, int]:
-    """`(root_finder, root_find_max_steps)` from either spelling given to `name(...)`.
+    """`(root_finder, root_find_max_steps)` from either spelling given to `name(...)`,
+    with `linear_solver` (if given) as the root finder's.
 
     Raises:
-        ValueError: for both spellings of the tolerances or of the iteration limit, or
-            a `root_finder` that is not a `VeryChord`.
+        ValueError: for both spellings of the tolerances or of the iteration limit, a
+            `root_finder` that is not a `VeryChord`, or a `linear_solver` given both
+            ways.
     """
     finder = _root_finder(name, root_finder, rtol, atol)
     if root_finder is None and (rtol is not None or atol is not None):
         rtol = _DEFAULT_RTOL if rtol is None else rtol
         atol = _DEFAULT_ATOL if atol is None else atol
         finder = VeryChord(rtol=rtol, atol=atol, kappa=1.0)
+    if linear_solver is not None:
+        if finder.linear_solver != DEFAULT_LINEAR_SOLVER:
+            raise ValueError(
+                f"`{name}(linear_solver=...)` and `{name}(root_finder=VeryChord(..., "
+                "linear_solver=...))` both set the linear solver: pass one of them."
+            )
+        finder = eqx.tree_at(lambda f: f.linear_solver, finder, linear_solver)
     return finder, _max_steps(name, max_iters, root_find_max_steps)
-
-
-def step_factorisation(problem, t0, hg) -> la.Factorisation:
-    """The factorised Newton matrix `I - hg J` of a step, `J = df/dy(t0, y0)`.
-
-    `problem = (term, y0, args)`. It is built from a copy with gradients stopped: it
-    steers the iterations but is not part of the result (the stages' derivatives come
-    from the implicit function theorem, `newton.solve_stage`).
-    """
-    frozen = la.flatten(*la.stop_gradients(problem))
-    jac = la.jacobian(frozen.f, la.stop_gradients(t0), frozen.y)
-    return la.factor(la.shifted(jac, la.stop_gradients(hg)))
 
 
 def _root_finder(name: str, root_finder, rtol, atol) -> AbstractRootFinder:

@@ -1,11 +1,16 @@
 """`VeryChord`: the implicit solvers' root-finder settings, under diffrax's name."""
 
 from collections.abc import Callable
-from typing import Any, final
+from typing import final
 
 import equinox as eqx
+import lineax as lx
 
+from odeckpt._solvers.linear.choice import check_linear_solver
 from odeckpt._solvers.linear.dense import rms
+
+DEFAULT_LINEAR_SOLVER = lx.AutoLinearSolver(well_posed=None)
+"""diffrax's default: a dense LU for the square Newton matrix."""
 
 
 class AbstractRootFinder(eqx.Module):
@@ -15,6 +20,7 @@ class AbstractRootFinder(eqx.Module):
     rtol: eqx.AbstractVar[float]
     atol: eqx.AbstractVar[float]
     kappa: eqx.AbstractVar[float]
+    linear_solver: eqx.AbstractVar[lx.AbstractLinearSolver]
 
 
 @final
@@ -36,8 +42,11 @@ class VeryChord(AbstractRootFinder):
             diffrax's tests do with `eqx.tree_at`); the stage iterations always use the
             RMS norm, the default here.
         kappa: the fraction of the tolerance the remaining error must be below.
-        linear_solver: accepted for compatibility with diffrax (a `lineax` solver); the
-            stage systems are always solved with a dense LU factorisation.
+        linear_solver: the lineax solver of the Newton systems `(I - gamma h J) dk =
+            r`. The default (diffrax's), `lineax.AutoLinearSolver(well_posed=None)`,
+            and `lineax.LU()` factorise `J` densely; `lineax.GMRES(rtol, atol)`,
+            `lineax.BiCGStab(rtol, atol)` or another lineax solver work matrix-free
+            (see `AbstractNewtonSolver` and `docs/stiff.md`).
 
     References:
         E. Hairer & G. Wanner, *Solving Ordinary Differential Equations II*, IV.8.
@@ -47,9 +56,10 @@ class VeryChord(AbstractRootFinder):
     atol: float
     norm: Callable = rms
     kappa: float = 1e-2
-    linear_solver: Any = None
+    linear_solver: lx.AbstractLinearSolver = DEFAULT_LINEAR_SOLVER
 
     def __check_init__(self):
+        check_linear_solver("VeryChord", self.linear_solver, None)
         if not (self.rtol > 0 and self.atol > 0 and self.kappa > 0):
             raise ValueError(
                 "`VeryChord(rtol, atol, kappa)` needs positive values; got "

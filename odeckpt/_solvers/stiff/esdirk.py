@@ -10,12 +10,11 @@ from typing import TYPE_CHECKING, ClassVar, final
 import jax
 import jax.numpy as jnp
 
-from odeckpt._core import RESULTS
 from odeckpt._solvers.base import StepOutput
 from odeckpt._solvers.dense import hermite_coeffs
 from odeckpt._solvers.linear import dense as la
-from odeckpt._solvers.root_finder.newton import Stage, solve_stage
-from odeckpt._solvers.root_finder.newton_solver import AbstractNewtonRK, step_factorisation
+from odeckpt._solvers.root_finder.newton import Stage, solve_stage, stage_failure
+from odeckpt._solvers.root_finder.newton_solver import AbstractNewtonRK
 from odeckpt._solvers.runge_kutta.base import AbstractDIRK, CalculateJacobian
 
 from . import esdirk_tableaux as tab
@@ -63,8 +62,10 @@ class AbstractESDIRK(AbstractNewtonRK, AbstractDIRK):
 
     def attempt(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
         flat = la.flatten(term, y0, args)
-        problem = (term, y0, args)
-        ks, converged = _esdirk_stages(self.tableau, flat, problem, t0, dt, self.newton_options)
+        jacobian = self.step_jacobian((term, y0, args), t0)
+        ks, converged, unsolved = _esdirk_stages(
+            self.tableau, flat, jacobian, t0, dt, self.newton_options
+        )
         h = dt.astype(flat.y.dtype)
         y1 = la.combine(flat.y, [h * b for b in self.tableau.b], ks)
         error = la.combine(jnp.zeros_like(flat.y), [h * e for e in self.tableau.b_err], ks)
@@ -73,7 +74,7 @@ class AbstractESDIRK(AbstractNewtonRK, AbstractDIRK):
         coeffs = None
         if dense:
             coeffs = la.unravel_rows(flat, self._dense(flat.y, y1, ks, h))
-        failure = jnp.where(converged, RESULTS.successful, RESULTS.implicit_solve_failed)
+        failure = stage_failure(converged, unsolved)
         return StepOutput(flat.unravel(y1), flat.unravel(error), (), coeffs, failure)
 
     def _dense(self, y0, y1, ks, h) -> jax.Array:
@@ -85,26 +86,29 @@ class AbstractESDIRK(AbstractNewtonRK, AbstractDIRK):
         return jnp.stack([la.combine(zero, [h * x for x in row], ks) for row in rows])
 
 
-def _esdirk_stages(tableau: tab.EsdirkTableau, flat: la.Flat, problem, t0, dt, options):
-    """The slopes `k_1..k_s`, and whether every implicit stage converged.
+def _esdirk_stages(tableau: tab.EsdirkTableau, flat: la.Flat, jacobian, t0, dt, options):
+    """The slopes `k_1..k_s`, whether every implicit stage converged, and whether one
+    failed in its linear solve.
 
-    `problem = (term, y0, args)`; the Newton matrix is `step_factorisation`'s.
+    The Newton matrix `I - h gamma J` comes from `jacobian` (the step's, at `t0`).
     """
     h = dt.astype(flat.y.dtype)
     hg = h * tableau.gamma
     k0 = flat.f(t0, flat.y)
-    lu = step_factorisation(problem, t0, hg)
+    matrix = jacobian.matrix(hg)
     ks, converged, eta = [k0], jnp.asarray(True), jnp.ones((), flat.y.dtype)
+    unsolved = jnp.asarray(False)
     for i in range(1, tableau.stages):
         base = la.combine(flat.y, [h * a for a in tableau.a[i]], ks)
         guess = la.combine(jnp.zeros_like(k0), tableau.predictor[i], ks)
         stage = Stage(t0 + tableau.c[i] * dt, base, hg)
-        result = solve_stage(flat.f, stage, guess, lu, eta, options)
+        result = solve_stage(flat.f, stage, guess, matrix, eta, options)
         ks.append(result.k)
         converged = converged & result.converged
+        unsolved = unsolved | result.unsolved
         eta = jnp.maximum(result.eta, jnp.finfo(flat.y.dtype).eps) ** 0.8
-        lu = result.lu
-    return ks, converged
+        matrix = result.matrix
+    return ks, converged, unsolved
 
 
 @final

@@ -7,11 +7,10 @@ from typing import final
 
 import jax.numpy as jnp
 
-from odeckpt._core import RESULTS
 from odeckpt._solvers.base import AbstractAdaptiveSolver, StepOutput
 from odeckpt._solvers.linear import dense as la
-from odeckpt._solvers.root_finder.newton import Stage, solve_stage
-from odeckpt._solvers.root_finder.newton_solver import AbstractNewtonSolver, step_factorisation
+from odeckpt._solvers.root_finder.newton import Stage, solve_stage, stage_failure
+from odeckpt._solvers.root_finder.newton_solver import AbstractNewtonSolver
 
 
 @final
@@ -55,13 +54,14 @@ class ImplicitEuler(AbstractNewtonSolver, AbstractAdaptiveSolver):
         flat = la.flatten(term, y0, args)
         h = dt.astype(flat.y.dtype)
         k0 = flat.f(t0, flat.y)
-        lu = step_factorisation((term, y0, args), t0, h)
+        matrix = self.step_jacobian((term, y0, args), t0).matrix(h)
         eta0 = jnp.ones((), flat.y.dtype)
-        stage = solve_stage(flat.f, Stage(t0 + dt, flat.y, h), k0, lu, eta0, self.newton_options)
+        stage = Stage(t0 + dt, flat.y, h)
+        stage = solve_stage(flat.f, stage, k0, matrix, eta0, self.newton_options)
         y1 = jnp.where(stage.converged, flat.y + h * stage.k, jnp.nan)
         error = jnp.where(stage.converged, h * (stage.k - k0) / 2, jnp.inf)
         coeffs = None
         if dense:
             coeffs = la.unravel_rows(flat, (y1 - flat.y)[None])
-        failure = jnp.where(stage.converged, RESULTS.successful, RESULTS.implicit_solve_failed)
+        failure = stage_failure(stage.converged, stage.unsolved)
         return StepOutput(flat.unravel(y1), flat.unravel(error), (), coeffs, failure)

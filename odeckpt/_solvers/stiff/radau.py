@@ -14,6 +14,7 @@ from jax import lax
 from odeckpt._core import RESULTS
 from odeckpt._solvers.base import AbstractAdaptiveSolver, StepOutput
 from odeckpt._solvers.linear import dense as la
+from odeckpt._solvers.linear.choice import is_dense
 from odeckpt._solvers.root_finder.newton import (
     NewtonOptions,
     dense_tangent_solve,
@@ -189,6 +190,15 @@ class RadauIIA5(AbstractNewtonSolver, AbstractAdaptiveSolver):
         Springer, 1996, IV.5 (Radau IIA), IV.8 (RADAU5: the transformed Newton
         iteration, the error estimate (8.19)-(8.20)).
     """
+
+    def __check_init__(self):
+        if not is_dense(self.linear_solver):
+            raise ValueError(
+                "`RadauIIA5` solves its coupled stage systems with a dense LU only; got "
+                f"`linear_solver={type(self.linear_solver).__name__}(...)`. For a large "
+                "system use `Kvaerno5` or `KenCarp4` with `linear_solver="
+                "lineax.GMRES(rtol, atol)`."
+            )
 
     def order(self, terms) -> int:
         return RADAU_IIA5.order

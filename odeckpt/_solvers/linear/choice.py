@@ -1,0 +1,156 @@
+"""Which linear solver an implicit solver's Newton matrices use: the checks on its
+`linear_solver=` and `preconditioner=` settings, and the step's linearisation that
+builds each stage's matrix from them (`StepJacobian`).
+
+See `docs/solver-internals.md`, "Linear solvers".
+"""
+
+import abc
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import lineax as lx
+from jax.flatten_util import ravel_pytree
+
+from odeckpt._core import from_real_view, real_view
+
+from . import dense as la
+from .stage_matrix import AbstractStageMatrix, DenseStageMatrix, MatrixFreeStageMatrix
+
+Preconditioner = Callable[..., Any]
+"""`preconditioner(t, y, args, gamma_h)`: a lineax operator (or a linear function of a
+state-shaped PyTree) approximating the inverse of `I - gamma_h df/dy(t, y)`."""
+
+# lineax solvers that need the operator tagged (symmetric, positive definite, diagonal,
+# triangular, tridiagonal): `I - hg J` carries no such tag, and in general has none of
+# those properties.
+_NEED_TAGS = (lx.CG, lx.Cholesky, lx.Diagonal, lx.Triangular, lx.Tridiagonal)
+
+
+def is_dense(linear_solver) -> bool:
+    """Whether `linear_solver` asks for a dense LU: odeckpt's own (`dense.py`: explicit
+    inverse for tiny systems, the factorisation reused across a step's stages), not
+    lineax's, which solves the same way at more cost per solve."""
+    return isinstance(linear_solver, lx.LU | lx.AutoLinearSolver)
+
+
+def check_linear_solver(name: str, linear_solver, preconditioner) -> None:
+    """Refuse a `linear_solver` or `preconditioner` that `name(...)` cannot use.
+
+    Raises:
+        ValueError: for a `linear_solver` that is not a lineax solver or needs a
+            tagged operator (`CG`, `Cholesky`, `Diagonal`, `Triangular`,
+            `Tridiagonal`), or a `preconditioner` that is not callable or is given
+            with a dense LU.
+    """
+    if not isinstance(linear_solver, lx.AbstractLinearSolver):
+        raise ValueError(
+            f"`{name}(linear_solver=...)` takes a lineax solver, e.g. `lineax.LU()` "
+            f"(dense, the default) or `lineax.GMRES(rtol=1e-6, atol=1e-9)` (matrix-free); "
+            f"got {type(linear_solver).__name__}."
+        )
+    if isinstance(linear_solver, _NEED_TAGS):
+        raise ValueError(
+            f"`{name}(linear_solver=lineax.{type(linear_solver).__name__}(...))` needs an "
+            "operator lineax can treat as symmetric positive definite (or diagonal, "
+            "triangular, tridiagonal), and the Newton matrix `I - gamma h df/dy` is not "
+            "known to be one. Use `lineax.GMRES(rtol, atol)` or "
+            "`lineax.BiCGStab(rtol, atol)` (matrix-free), or `lineax.LU()` (dense)."
+        )
+    if preconditioner is None:
+        return
+    if not callable(preconditioner):
+        raise ValueError(
+            f"`{name}(preconditioner=...)` takes a function `(t, y, args, gamma_h) -> "
+            f"operator`; got {type(preconditioner).__name__}."
+        )
+    if is_dense(linear_solver):
+        raise ValueError(
+            f"`{name}(preconditioner=...)` serves an iterative linear solver, and "
+            f"`linear_solver={type(linear_solver).__name__}()` factorises the matrix "
+            "directly. Pass `linear_solver=lineax.GMRES(rtol, atol)` (or BiCGStab) "
+            "with it, or drop the preconditioner."
+        )
+
+
+class AbstractStepJacobian(eqx.Module):
+    """The step's Jacobian `J = df/dy(t0, y0)` (gradients stopped), ready to give the
+    Newton matrix `I - hg J` of each diagonal entry `hg`."""
+
+    @abc.abstractmethod
+    def matrix(self, hg) -> AbstractStageMatrix:
+        """`I - hg J`, prepared for the stage iterations."""
+
+
+class DenseStepJacobian(AbstractStepJacobian):
+    """`J` as an `(n, n)` matrix (`n` forward-mode products)."""
+
+    jac: jax.Array
+
+    def matrix(self, hg) -> DenseStageMatrix:
+        hg = la.stop_gradients(hg)
+        return DenseStageMatrix(la.factor(la.shifted(self.jac, hg)), hg)
+
+
+class MatrixFreeStepJacobian(AbstractStepJacobian):
+    """Where `J` is taken, for products by linearisation; and what the preconditioner
+    hook reads."""
+
+    t: jax.Array
+    y: jax.Array  # flat
+    problem: Any  # (term, y0, args), gradients stopped
+    solver: lx.AbstractLinearSolver = eqx.field(static=True)
+    preconditioner: Preconditioner | None = eqx.field(static=True)
+
+    def matrix(self, hg) -> MatrixFreeStageMatrix:
+        hg = la.stop_gradients(hg)
+        inverse = None
+        if self.preconditioner is not None:
+            _, y0, args = self.problem
+            given = self.preconditioner(self.t, y0, args, hg)
+            inverse = flat_operator(given, y0, self.y)
+        return MatrixFreeStageMatrix(self.t, self.y, hg, inverse, self.solver)
+
+
+def step_jacobian(linear_solver, preconditioner, problem, t0) -> AbstractStepJacobian:
+    """The Jacobian of `problem = (term, y0, args)` at `t0`, as `linear_solver` uses it."""
+    problem = la.stop_gradients(problem)
+    t0 = la.stop_gradients(t0)
+    frozen = la.flatten(*problem)
+    if is_dense(linear_solver):
+        return DenseStepJacobian(la.jacobian(frozen.f, t0, frozen.y))
+    return MatrixFreeStepJacobian(t0, frozen.y, problem, linear_solver, preconditioner)
+
+
+def flat_operator(given, y0, y_flat) -> lx.AbstractLinearOperator:
+    """The preconditioner `given` (a lineax operator or a linear function on PyTrees
+    shaped like `y0`) as an operator on the flat state `y_flat`.
+
+    Raises:
+        ValueError: if it does not map `y0`'s structure to itself.
+    """
+    like = jax.tree.map(lambda x: jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x)), y0)
+    if not isinstance(given, lx.AbstractLinearOperator):
+        given = lx.FunctionLinearOperator(given, like)
+    spaces = (given.in_structure(), given.out_structure())
+    if any(_shapes(space) != _shapes(like) for space in spaces):
+        raise ValueError(
+            "`preconditioner(t, y, args, gamma_h)` must return an operator from the "
+            f"state's structure to itself, {_shapes(like)}; got one from "
+            f"{_shapes(spaces[0])} to {_shapes(spaces[1])}."
+        )
+    _, unravel_real = ravel_pytree(real_view(y0))
+
+    def apply(v):
+        out, _ = ravel_pytree(real_view(given.mv(from_real_view(unravel_real(v), like))))
+        return out.astype(y_flat.dtype)
+
+    return lx.FunctionLinearOperator(apply, jax.ShapeDtypeStruct(y_flat.shape, y_flat.dtype))
+
+
+def _shapes(structure) -> str:
+    """A PyTree of arrays or `ShapeDtypeStruct`s as its structure, shapes and dtypes."""
+    return str(jax.tree.map(lambda x: f"{jnp.result_type(x)}{list(jnp.shape(x))}", structure))

@@ -1,0 +1,128 @@
+"""The Newton matrix `I - hg J` of an implicit stage, as the stage iteration uses it:
+factorised densely (`DenseStageMatrix`), or applied matrix-free through Jacobian-vector
+products and solved by a lineax solver (`MatrixFreeStageMatrix`). Which one a solver
+builds is its `LinearSolve` setting's choice (`choice.py`).
+
+See `docs/solver-internals.md`, "Linear solvers".
+"""
+
+import abc
+from collections.abc import Callable
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import lineax as lx
+
+from odeckpt._core import zero_tangent
+
+from . import dense as la
+
+Solve = Callable[[jax.Array], tuple[jax.Array, jax.Array]]
+"""`rhs -> (x, ok)`: a solve with the stage matrix, and whether it succeeded."""
+
+
+class AbstractStageMatrix(eqx.Module):
+    """`I - hg J` for a Jacobian `J = df/dy(t, y)` taken at a point of the step, with
+    gradients stopped: it steers the stage iterations, and is not part of the result.
+    The flat field `f` is given to each use, so the record holds arrays only (it passes
+    through the stage's custom derivative and its loops)."""
+
+    @abc.abstractmethod
+    def prepared(self, f) -> Solve:
+        """A solve for the iterations of one stage (what every solve shares is built
+        once, here, outside their loop)."""
+
+    @abc.abstractmethod
+    def refreshed(self, f, t, z, unit) -> "AbstractStageMatrix":
+        """The same matrix with `J` taken afresh at `(t, z)` (a failing stage's restart;
+        `unit`, a traced 1, keeps XLA from hoisting it out of the restart's loop)."""
+
+    @abc.abstractmethod
+    def tangent_solve(self, linear, inputs, k, rhs) -> jax.Array:
+        """Solve `L x = rhs`, where `L` is the part in `k` of `linear`, the stage
+        residual linearised at its solution in `(*inputs, k)` (so `L` is the exact
+        `I - hg df/dy(t, z)`): the implicit derivative of the stage, which JAX
+        transposes in reverse mode."""
+
+
+class DenseStageMatrix(AbstractStageMatrix):
+    """The matrix formed from `n` Jacobian-vector products and LU-factorised once
+    (`dense.factor`): for systems up to a few thousand unknowns."""
+
+    lu: la.Factorisation
+    hg: jax.Array
+
+    def prepared(self, f) -> Solve:
+        return lambda rhs: (la.solve(self.lu, rhs), jnp.asarray(True))
+
+    def refreshed(self, f, t, z, unit) -> "DenseStageMatrix":
+        jac = la.jacobian(f, t, z, unit)
+        return DenseStageMatrix(la.factor(la.shifted(jac, self.hg)), self.hg)
+
+    def tangent_solve(self, linear, inputs, k, rhs) -> jax.Array:
+        # The matrix's rows from the transpose (`docs/solver-internals.md`, "The stage
+        # iteration").
+        transposed = jax.linear_transpose(linear, *inputs, k)
+        basis = jnp.eye(k.shape[0], dtype=k.dtype)
+        matrix = jax.vmap(lambda e: transposed(e)[-1])(basis)
+        return la.solve(la.factor(matrix), rhs)
+
+
+class MatrixFreeStageMatrix(AbstractStageMatrix):
+    """`v -> v - hg J v` from a linearisation of `f` at `(t, y)`, solved by a lineax
+    solver (`GMRES`, `BiCGStab`, or any solver that follows lineax's interface), with an
+    optional preconditioner: no `n x n` array exists unless the solver materialises
+    the operator itself (lineax's direct solvers do).
+
+    Attributes:
+        t, y: where `J` is taken (the flat state).
+        hg: `h * gamma`.
+        preconditioner: a lineax operator on flat vectors approximating the inverse of
+            the matrix, or `None`.
+        solver: the lineax solver.
+    """
+
+    t: jax.Array
+    y: jax.Array
+    hg: jax.Array
+    preconditioner: lx.AbstractLinearOperator | None
+    solver: lx.AbstractLinearSolver = eqx.field(static=True)
+
+    @property
+    def _options(self) -> dict:
+        return {} if self.preconditioner is None else {"preconditioner": self.preconditioner}
+
+    def _operator(self, jvp) -> lx.FunctionLinearOperator:
+        structure = jax.ShapeDtypeStruct(self.y.shape, self.y.dtype)
+        hg = self.hg.astype(self.y.dtype)
+        return lx.FunctionLinearOperator(lambda v: v - hg * jvp(v), structure)
+
+    def prepared(self, f) -> Solve:
+        # Linearised once per stage: every Krylov iteration of every Newton iteration
+        # then costs one Jacobian-vector product, with no evaluation of `f` itself.
+        _, jvp = jax.linearize(lambda z: f(self.t, z), self.y)
+        operator = self._operator(jvp)
+        state = self.solver.init(operator, self._options)
+
+        def solve(rhs):
+            out = lx.linear_solve(
+                operator, rhs, self.solver, options=self._options, state=state, throw=False
+            )
+            return out.value, out.result == lx.RESULTS.successful
+
+        return solve
+
+    def refreshed(self, f, t, z, unit) -> "MatrixFreeStageMatrix":
+        t = jnp.asarray(t, self.t.dtype)
+        z = z * jnp.asarray(unit, z.dtype)
+        return MatrixFreeStageMatrix(t, z, self.hg, self.preconditioner, self.solver)
+
+    def tangent_solve(self, linear, inputs, k, rhs) -> jax.Array:
+        zeros = jax.tree.map(zero_tangent, inputs)
+        structure = jax.ShapeDtypeStruct(k.shape, k.dtype)
+        operator = lx.FunctionLinearOperator(lambda v: linear(*zeros, v), structure)
+        # `throw=True`: a Krylov solve that misses its tolerance here would give a wrong
+        # derivative, so it raises (in either autodiff mode) instead.
+        out = lx.linear_solve(operator, rhs, self.solver, options=self._options, throw=True)
+        return out.value
