@@ -24,6 +24,9 @@ Preconditioner = Callable[..., Any]
 """`preconditioner(t, y, args, gamma_h)`: a lineax operator (or a linear function of a
 state-shaped PyTree) approximating the inverse of `I - gamma_h df/dy(t, y)`."""
 
+DEFAULT_LINEAR_SOLVER = lx.AutoLinearSolver(well_posed=None)
+"""diffrax's default: a dense LU for a square matrix (odeckpt's own, `is_dense`)."""
+
 # lineax solvers that need the operator tagged (symmetric, positive definite, diagonal,
 # triangular, tridiagonal): `I - hg J` carries no such tag, and in general has none of
 # those properties.
@@ -107,12 +110,19 @@ class MatrixFreeStepJacobian(AbstractStepJacobian):
 
     def matrix(self, hg) -> MatrixFreeStageMatrix:
         hg = la.stop_gradients(hg)
-        inverse = None
-        if self.preconditioner is not None:
-            _, y0, args = self.problem
-            given = self.preconditioner(self.t, y0, args, hg)
-            inverse = flat_operator(given, y0, self.y)
+        inverse = preconditioner_at(self.preconditioner, self.problem, self.t, hg)
         return MatrixFreeStageMatrix(self.t, self.y, hg, inverse, self.solver)
+
+
+def preconditioner_at(preconditioner, problem, t0, hg) -> lx.AbstractLinearOperator | None:
+    """The hook's approximate inverse of `I - hg J` at `problem = (term, y0, args)`
+    and `t0`, as an operator on the flat state (gradients stopped); `None` without a
+    hook."""
+    if preconditioner is None:
+        return None
+    _, y0, args = la.stop_gradients(problem)
+    given = preconditioner(la.stop_gradients(t0), y0, args, la.stop_gradients(hg))
+    return flat_operator(given, y0, la.flatten(*la.stop_gradients(problem)).y)
 
 
 def step_jacobian(linear_solver, preconditioner, problem, t0) -> AbstractStepJacobian:

@@ -9,11 +9,11 @@ import equinox as eqx
 
 from odeckpt._solvers.base import AbstractImplicitSolver
 from odeckpt._solvers.linear import choice
-from odeckpt._solvers.linear.choice import AbstractStepJacobian
+from odeckpt._solvers.linear.choice import DEFAULT_LINEAR_SOLVER, AbstractStepJacobian
 from odeckpt._solvers.runge_kutta.base import AbstractRungeKutta
 
 from .newton import NewtonOptions
-from .verychord import DEFAULT_LINEAR_SOLVER, AbstractRootFinder, VeryChord
+from .verychord import AbstractRootFinder, VeryChord
 
 # The effective Newton tolerances when only one of `rtol`, `atol` is given.
 _DEFAULT_RTOL, _DEFAULT_ATOL = 1e-10, 1e-12

@@ -6,11 +6,8 @@ from typing import final
 import equinox as eqx
 import lineax as lx
 
-from odeckpt._solvers.linear.choice import check_linear_solver
+from odeckpt._solvers.linear.choice import DEFAULT_LINEAR_SOLVER, check_linear_solver
 from odeckpt._solvers.linear.dense import rms
-
-DEFAULT_LINEAR_SOLVER = lx.AutoLinearSolver(well_posed=None)
-"""diffrax's default: a dense LU for the square Newton matrix."""
 
 
 class AbstractRootFinder(eqx.Module):

@@ -1,8 +1,9 @@
 """Rosenbrock (linearly implicit) solvers for stiff problems: `Ros3P`, `Rodas5P`.
 
-One factorisation of `W = I / (h gamma) - J` per step and one linear solve per stage;
-no Newton iteration. See `docs/solver-internals.md`, "Rosenbrock methods"; the
-references are on each class.
+One factorisation of `W = I / (h gamma) - J` per step and one linear solve per stage
+(or, with an iterative `linear_solver`, one Krylov solve per stage on Jacobian-vector
+products); no Newton iteration. See `docs/solver-internals.md`, "Rosenbrock methods";
+the references are on each class.
 """
 
 from collections.abc import Callable
@@ -11,10 +12,12 @@ from typing import final
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import lineax as lx
 
+from odeckpt._core import RESULTS
 from odeckpt._solvers.base import AbstractAdaptiveSolver, StepOutput
 from odeckpt._solvers.dense import hermite_coeffs
-from odeckpt._solvers.linear import dense as la
+from odeckpt._solvers.linear import choice, dense as la
 
 from . import rosenbrock_tableaux as tab
 
@@ -38,7 +41,19 @@ class AbstractRosenbrock(AbstractAdaptiveSolver):
             `None` (default): computed with `n + 1` batched forward-mode products
             (`jax.jacfwd`), `df/dt` included. A given `jac` is checked against one
             Jacobian-vector product per step and the solve raises if they disagree;
-            it must be valid for forward-in-time solves.
+            it must be valid for forward-in-time solves. With an iterative
+            `linear_solver` it is not used (the products come from linearising `f`).
+        linear_solver: the lineax solver of the stage systems. The default,
+            `lineax.AutoLinearSolver(well_posed=None)` (as diffrax's implicit
+            solvers'), and `lineax.LU()` factorise `W` densely once per step; any
+            other (`lineax.GMRES(rtol, atol)`, `lineax.BiCGStab(rtol, atol)`) solves
+            each stage matrix-free, on Jacobian-vector products of one linearisation
+            of `f` per step. A stage solve that misses its tolerance rejects the step
+            (`RESULTS.breakdown` with constant steps).
+        preconditioner: with an iterative `linear_solver`, `(t, y, args, gamma_h) ->`
+            a lineax operator (or a linear function of a PyTree shaped like `y`)
+            approximating the inverse of `I - gamma_h df/dy(t, y)`; called once per
+            step, gradients stopped. See `docs/stiff.md`.
 
     A Rosenbrock method is linearly implicit: it solves linear systems, with no root
     finder, so it is not an `AbstractImplicitSolver` (which has a `root_finder`).
@@ -47,6 +62,12 @@ class AbstractRosenbrock(AbstractAdaptiveSolver):
 
     tableau: eqx.AbstractClassVar[tab.RosenbrockTableau]
     jac: Callable | None = None
+    linear_solver: lx.AbstractLinearSolver = choice.DEFAULT_LINEAR_SOLVER
+    preconditioner: Callable | None = None
+
+    def __check_init__(self):
+        name = type(self).__name__
+        choice.check_linear_solver(name, self.linear_solver, self.preconditioner)
 
     def order(self, terms) -> int:
         return self.tableau.order
@@ -64,11 +85,42 @@ class AbstractRosenbrock(AbstractAdaptiveSolver):
 
     def attempt(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
         flat = la.flatten(term, y0, args)
-        f0, jac, dfdt = self._linearise(flat, t0, y0, args)
-        ks, y1 = _rosenbrock_stages(self.tableau, flat, t0, dt, f0, jac, dfdt)
+        h = dt.astype(flat.y.dtype)
+        if choice.is_dense(self.linear_solver):
+            f0, jac, dfdt = self._linearise(flat, t0, y0, args)
+            w = la.inverse(jnp.eye(jac.shape[0], dtype=jac.dtype) / (h * self.tableau.gamma) - jac)
+            solve = lambda rhs: (w(rhs), jnp.asarray(True))
+        else:
+            f0, solve, dfdt = self._matrix_free(flat, t0, h, (term, y0, args))
+        ks, y1, solved = _rosenbrock_stages(self.tableau, flat, t0, dt, f0, solve, dfdt)
         error = la.combine(jnp.zeros_like(flat.y), self.tableau.m_err, ks)
+        y1 = jnp.where(solved, y1, jnp.nan)
+        error = jnp.where(solved, error, jnp.inf)
         coeffs = self._dense(flat, t0, dt, f0, ks, y1) if dense else None
-        return StepOutput(flat.unravel(y1), flat.unravel(error), (), coeffs)
+        failure = jnp.where(solved, RESULTS.successful, RESULTS.breakdown)
+        return StepOutput(flat.unravel(y1), flat.unravel(error), (), coeffs, failure)
+
+    def _matrix_free(self, flat: la.Flat, t0, h, problem):
+        """`(f0, solve, df/dt)`: `solve(rhs) -> (W^-1 rhs, ok)` by the iterative linear
+        solver on `W v = v / (h gamma) - J v`, differentiable in everything `W` and
+        `rhs` depend on (lineax's derivative rules)."""
+        f0, linear = jax.linearize(flat.f, t0, flat.y)
+        dfdt = linear(jnp.ones_like(t0), jnp.zeros_like(flat.y))
+        zero_t = jnp.zeros_like(t0)
+        scale = 1 / (h * self.tableau.gamma)
+        structure = jax.ShapeDtypeStruct(flat.y.shape, flat.y.dtype)
+        w = lx.FunctionLinearOperator(lambda v: scale * v - linear(zero_t, v), structure)
+        options = {}
+        hg = la.stop_gradients(h * self.tableau.gamma)
+        inverse = choice.preconditioner_at(self.preconditioner, problem, t0, hg)
+        if inverse is not None:  # it approximates (I - hg J)^-1, and W = (I - hg J) / hg
+            options["preconditioner"] = inverse * hg
+
+        def solve(rhs):
+            out = lx.linear_solve(w, rhs, self.linear_solver, options=options, throw=False)
+            return out.value, out.result == lx.RESULTS.successful
+
+        return f0, solve, dfdt
 
     def _linearise(self, flat: la.Flat, t0, y0, args):
         if self.jac is None:
@@ -104,11 +156,11 @@ class AbstractRosenbrock(AbstractAdaptiveSolver):
         return la.unravel_rows(flat, jnp.stack(rows))
 
 
-def _rosenbrock_stages(tableau: tab.RosenbrockTableau, flat: la.Flat, t0, dt, f0, jac, dfdt):
-    """The stage increments `k_1..k_s` and `y1` (see `RosenbrockTableau`)."""
+def _rosenbrock_stages(tableau: tab.RosenbrockTableau, flat: la.Flat, t0, dt, f0, solve, dfdt):
+    """The stage increments `k_1..k_s`, `y1` (see `RosenbrockTableau`), and whether
+    every stage's linear solve (`solve(rhs) -> (W^-1 rhs, ok)`) succeeded."""
     h = dt.astype(flat.y.dtype)
-    w_inverse = la.inverse(jnp.eye(jac.shape[0], dtype=jac.dtype) / (h * tableau.gamma) - jac)
-    ks = []
+    ks, solved = [], jnp.asarray(True)
     for i in range(tableau.stages):
         if i == 0:
             value = f0
@@ -118,8 +170,10 @@ def _rosenbrock_stages(tableau: tab.RosenbrockTableau, flat: la.Flat, t0, dt, f0
         rhs = la.combine(value, [cij / h for cij in tableau.C[i]], ks)
         if tableau.d[i] != 0:
             rhs = rhs + (h * tableau.d[i]) * dfdt
-        ks.append(w_inverse(rhs))
-    return ks, la.combine(flat.y, tableau.m, ks)
+        k, ok = solve(rhs)
+        ks.append(k)
+        solved = solved & ok
+    return ks, la.combine(flat.y, tableau.m, ks), solved
 
 
 @final
