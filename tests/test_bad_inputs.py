@@ -12,6 +12,8 @@ from typing import NamedTuple
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import lineax as lx
+import numpy as np
 import pytest
 
 import odeckpt as oc
@@ -79,6 +81,7 @@ def _too_tight():
 
 
 PID = oc.PIDController(rtol=1e-6, atol=1e-8)
+_GMRES = lx.GMRES(rtol=1e-8, atol=1e-10)
 F32 = jnp.asarray([1.0], jnp.float32)
 NAN_Y0 = {"a": Y0, "b": jnp.asarray([1.0, jnp.nan])}
 
@@ -555,6 +558,112 @@ OPTIONS = [
         lambda: oc.VeryChord(rtol=0.0, atol=1e-9),
     ),
     Case(
+        "`linear_solver` not a lineax solver",
+        "ValueError",
+        "`Kvaerno5(linear_solver=...)` takes a lineax solver, e.g. `lineax.LU()` (dense, the "
+        "default) or `lineax.GMRES(rtol=1e-6, atol=1e-9)` (matrix-free); got str.",
+        lambda: oc.Kvaerno5(linear_solver="gmres"),
+    ),
+    Case(
+        "`linear_solver` that needs a tagged operator (`CG`, `Cholesky`, `Diagonal`, ...)",
+        "ValueError",
+        "`Kvaerno5(linear_solver=lineax.CG(...))` needs an operator lineax can treat as "
+        "symmetric positive definite",
+        lambda: oc.Kvaerno5(linear_solver=lx.CG(rtol=1e-6, atol=1e-9)),
+    ),
+    Case(
+        "`linear_solver` given to the solver and to its `VeryChord`",
+        "ValueError",
+        "`Kvaerno5(linear_solver=...)` and `Kvaerno5(root_finder=VeryChord(..., "
+        "linear_solver=...))` both set the linear solver: pass one of them.",
+        lambda: oc.Kvaerno5(
+            linear_solver=_GMRES,
+            root_finder=oc.VeryChord(rtol=1e-6, atol=1e-9, linear_solver=_GMRES),
+        ),
+    ),
+    Case(
+        "`preconditioner` with a dense `linear_solver`",
+        "ValueError",
+        "`Kvaerno5(preconditioner=...)` serves an iterative linear solver, and "
+        "`linear_solver=AutoLinearSolver()` factorises the matrix directly.",
+        lambda: oc.Kvaerno5(preconditioner=lambda t, y, args, gamma_h: lambda v: v),
+    ),
+    Case(
+        "`preconditioner` not callable",
+        "ValueError",
+        "`Kvaerno5(preconditioner=...)` takes a function `(t, y, args, gamma_h) -> "
+        "operator`; got int.",
+        lambda: oc.Kvaerno5(linear_solver=_GMRES, preconditioner=3),
+    ),
+    Case(
+        "`preconditioner` returning an operator of the wrong shape",
+        "ValueError",
+        "`preconditioner(t, y, args, gamma_h)` must return an operator from the state's "
+        "structure to itself, float64[2]; got one from float64[3] to float64[3].",
+        lambda: _solve(
+            solver=oc.Kvaerno5(
+                linear_solver=_GMRES,
+                preconditioner=lambda t, y, a, g: lx.DiagonalLinearOperator(jnp.ones(3)),
+            )
+        ),
+    ),
+    Case(
+        "`RadauIIA5` with an iterative `linear_solver`",
+        "ValueError",
+        "`RadauIIA5` solves its coupled stage systems with a dense LU only; got "
+        "`linear_solver=GMRES(...)`.",
+        lambda: oc.RadauIIA5(linear_solver=_GMRES),
+    ),
+    Case(
+        "`jac_sparsity` not square",
+        "ValueError",
+        "`Kvaerno5(jac_sparsity=...)` must be a square 2-D pattern, one row and one column "
+        "per element of the state; got shape (2, 3).",
+        lambda: oc.Kvaerno5(jac_sparsity=np.ones((2, 3), bool)),
+    ),
+    Case(
+        "`jac_sparsity` not a pattern",
+        "ValueError",
+        "`Kvaerno5(jac_sparsity=...)` takes a boolean array, a SciPy sparse matrix or a JAX "
+        "BCOO matrix; got dict.",
+        lambda: oc.Kvaerno5(jac_sparsity={"a": 1}),
+    ),
+    Case(
+        "`jac_sparsity` of the wrong size for the state",
+        "ValueError",
+        "`Kvaerno5(jac_sparsity=...)` must be (2, 2) for a state of 2 elements (in "
+        "`jax.flatten_util.ravel_pytree(y0)` order); got shape (3, 3).",
+        lambda: _solve(solver=oc.Kvaerno5(jac_sparsity=np.eye(3, dtype=bool))),
+    ),
+    Case(
+        "built-in preconditioner without `jac_sparsity`",
+        "ValueError",
+        "`Kvaerno5(preconditioner=JacobiPreconditioner(...))` is built from the Jacobian's "
+        "entries, which odeckpt finds from its sparsity pattern: pass "
+        "`Kvaerno5(jac_sparsity=...)` too",
+        lambda: oc.Kvaerno5(linear_solver=_GMRES, preconditioner=oc.JacobiPreconditioner()),
+    ),
+    Case(
+        "`BlockJacobiPreconditioner` blocks not covering the state once",
+        "ValueError",
+        "`Kvaerno5(preconditioner=BlockJacobiPreconditioner(blocks))`: the blocks must hold "
+        "each of the state's 2 elements exactly once; got 2 indices of shape (1, 2).",
+        lambda: _solve(
+            solver=oc.Kvaerno5(
+                linear_solver=_GMRES,
+                preconditioner=oc.BlockJacobiPreconditioner(np.asarray([[0, 0]])),
+                jac_sparsity=np.ones((2, 2), bool),
+            )
+        ),
+    ),
+    Case(
+        "Rosenbrock `jac` and `jac_sparsity` together",
+        "ValueError",
+        "`Rodas5P(jac=..., jac_sparsity=...)`: a given Jacobian is used as it is, so its "
+        "sparsity pattern has nothing to do; pass one of them.",
+        lambda: oc.Rodas5P(jac=lambda t, y, args: -jnp.eye(2), jac_sparsity=np.eye(2, dtype=bool)),
+    ),
+    Case(
         "`ButcherTableau` with an implicit diagonal",
         "ValueError",
         "Butcher tableau 'ButcherTableau': implicit tableaux (`a_diagonal`, `c1`) are not "
@@ -1010,6 +1119,17 @@ FAILED = [
         "Newton iteration failed in the step from t = 0 of [0, 1]. An implicit stage's",
         lambda: _solve(
             f=_cubic_decay, solver=oc.Kvaerno3(max_iters=2), dt0=0.5, y0=jnp.asarray([10.0])
+        ),
+    ),
+    Case(
+        "Krylov linear solve not converging, constant steps",
+        "equinox.EquinoxRuntimeError",
+        "Linear solve failed in the step from t = 0 of [0, 1]. An implicit stage's iterative "
+        "linear solve",
+        lambda: _solve(
+            f=lambda t, y, args: jnp.asarray([[-1e3, 1e2], [-1e2, -5e2]]) @ y,
+            solver=oc.Kvaerno3(linear_solver=lx.GMRES(rtol=1e-12, atol=1e-14, max_steps=2)),
+            dt0=0.5,
         ),
     ),
 ]

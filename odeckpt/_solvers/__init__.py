@@ -41,6 +41,11 @@ from .imex.ark import (
     KenCarp5 as KenCarp5,
     Sil3 as Sil3,
 )
+from .linear.preconditioners import (
+    AbstractPreconditioner as AbstractPreconditioner,
+    BlockJacobiPreconditioner as BlockJacobiPreconditioner,
+    JacobiPreconditioner as JacobiPreconditioner,
+)
 from .multistep.leapfrog_midpoint import LeapfrogMidpoint as LeapfrogMidpoint
 from .reversible.reversible import Reversible as Reversible
 from .reversible.reversible_heun import ReversibleHeun as ReversibleHeun

@@ -18,7 +18,15 @@ from jax.flatten_util import ravel_pytree
 from odeckpt._core import from_real_view, real_view
 
 from . import dense as la
-from .stage_matrix import AbstractStageMatrix, DenseStageMatrix, MatrixFreeStageMatrix
+from .preconditioners import AbstractPreconditioner
+from .sparsity import Pattern, Sparsity, sparsity_for
+from .stage_matrix import (
+    AbstractStageMatrix,
+    DenseStageMatrix,
+    DirectFormat,
+    MatrixFreeStageMatrix,
+    direct_format,
+)
 
 Preconditioner = Callable[..., Any]
 """`preconditioner(t, y, args, gamma_h)`: a lineax operator (or a linear function of a
@@ -40,14 +48,14 @@ def is_dense(linear_solver) -> bool:
     return isinstance(linear_solver, lx.LU | lx.AutoLinearSolver)
 
 
-def check_linear_solver(name: str, linear_solver, preconditioner) -> None:
+def check_linear_solver(name: str, linear_solver, preconditioner, jac_sparsity=None) -> None:
     """Refuse a `linear_solver` or `preconditioner` that `name(...)` cannot use.
 
     Raises:
         ValueError: for a `linear_solver` that is not a lineax solver or needs a
             tagged operator (`CG`, `Cholesky`, `Diagonal`, `Triangular`,
-            `Tridiagonal`), or a `preconditioner` that is not callable or is given
-            with a dense LU.
+            `Tridiagonal`), or a `preconditioner` that is not callable, is given
+            with a dense LU, or is a built-in one without `jac_sparsity`.
     """
     if not isinstance(linear_solver, lx.AbstractLinearSolver):
         raise ValueError(
@@ -65,7 +73,14 @@ def check_linear_solver(name: str, linear_solver, preconditioner) -> None:
         )
     if preconditioner is None:
         return
-    if not callable(preconditioner):
+    if isinstance(preconditioner, AbstractPreconditioner) and jac_sparsity is None:
+        raise ValueError(
+            f"`{name}(preconditioner={type(preconditioner).__name__}(...))` is built "
+            "from the Jacobian's entries, which odeckpt finds from its sparsity pattern: "
+            f"pass `{name}(jac_sparsity=...)` too (a boolean array, a SciPy sparse "
+            "matrix or a JAX BCOO), or a preconditioner function of your own."
+        )
+    if not callable(preconditioner) and not isinstance(preconditioner, AbstractPreconditioner):
         raise ValueError(
             f"`{name}(preconditioner=...)` takes a function `(t, y, args, gamma_h) -> "
             f"operator`; got {type(preconditioner).__name__}."
@@ -89,50 +104,91 @@ class AbstractStepJacobian(eqx.Module):
 
 
 class DenseStepJacobian(AbstractStepJacobian):
-    """`J` as an `(n, n)` matrix (`n` forward-mode products)."""
+    """`J` from `n` forward-mode products (or one per colour of a sparsity pattern),
+    factorised densely or in band storage (`form`)."""
 
-    jac: jax.Array
+    jac: jax.Array  # (n, n), or the pattern's nonzero values
+    form: DirectFormat = DirectFormat()
 
     def matrix(self, hg) -> DenseStageMatrix:
         hg = la.stop_gradients(hg)
-        return DenseStageMatrix(la.factor(la.shifted(self.jac, hg)), hg)
+        return DenseStageMatrix(self.form.newton(self.jac, hg), hg, self.form)
 
 
 class MatrixFreeStepJacobian(AbstractStepJacobian):
     """Where `J` is taken, for products by linearisation; and what the preconditioner
-    hook reads."""
+    reads (the hook's arguments, or the Jacobian's entries on a sparsity pattern for a
+    built-in preconditioner)."""
 
     t: jax.Array
     y: jax.Array  # flat
     problem: Any  # (term, y0, args), gradients stopped
+    values: jax.Array | None  # J's entries on `sparsity`, for a built-in preconditioner
     solver: lx.AbstractLinearSolver = eqx.field(static=True)
-    preconditioner: Preconditioner | None = eqx.field(static=True)
+    preconditioner: Any = eqx.field(static=True)
+    sparsity: Sparsity | None = eqx.field(static=True)
 
     def matrix(self, hg) -> MatrixFreeStageMatrix:
         hg = la.stop_gradients(hg)
-        inverse = preconditioner_at(self.preconditioner, self.problem, self.t, hg)
+        if isinstance(self.preconditioner, AbstractPreconditioner):
+            assert self.sparsity is not None and self.values is not None
+            inverse = self.preconditioner.inverse(self.sparsity, self.values, hg)
+        else:
+            inverse = preconditioner_at(self.preconditioner, self.problem, self.t, hg)
         return MatrixFreeStageMatrix(self.t, self.y, hg, inverse, self.solver)
 
 
-def preconditioner_at(preconditioner, problem, t0, hg) -> lx.AbstractLinearOperator | None:
-    """The hook's approximate inverse of `I - hg J` at `problem = (term, y0, args)`
-    and `t0`, as an operator on the flat state (gradients stopped); `None` without a
-    hook."""
+def preconditioner_at(
+    preconditioner, problem, t0, hg, sparsity: Sparsity | None = None
+) -> lx.AbstractLinearOperator | None:
+    """The preconditioner's approximate inverse of `I - hg J` at `problem = (term, y0,
+    args)` and `t0`, as an operator on the flat state (gradients stopped); `None`
+    without one. A built-in one needs `sparsity`."""
     if preconditioner is None:
         return None
-    _, y0, args = la.stop_gradients(problem)
-    given = preconditioner(la.stop_gradients(t0), y0, args, la.stop_gradients(hg))
-    return flat_operator(given, y0, la.flatten(*la.stop_gradients(problem)).y)
+    problem, t0, hg = la.stop_gradients((problem, t0, hg))
+    if isinstance(preconditioner, AbstractPreconditioner):
+        assert sparsity is not None
+        flat = la.flatten(*problem)
+        values = DirectFormat(sparsity).jacobian(flat.f, t0, flat.y)
+        return preconditioner.inverse(sparsity, values, hg)
+    _, y0, args = problem
+    given = preconditioner(t0, y0, args, hg)
+    return flat_operator(given, y0, la.flatten(*problem).y)
 
 
-def step_jacobian(linear_solver, preconditioner, problem, t0) -> AbstractStepJacobian:
-    """The Jacobian of `problem = (term, y0, args)` at `t0`, as `linear_solver` uses it."""
+def sparsity_of(name: str, pattern: Pattern | None, preconditioner, y0) -> Sparsity | None:
+    """`name(jac_sparsity=pattern)` coloured for the state `y0` (`None` without one),
+    checked against it and against a built-in `preconditioner`.
+
+    Raises:
+        ValueError: for a pattern or a preconditioner's blocks that do not fit `y0`.
+    """
+    if pattern is None:
+        return None
+    sparsity = sparsity_for(name, pattern, y0)
+    if isinstance(preconditioner, AbstractPreconditioner):
+        preconditioner.check(name, sparsity)
+    return sparsity
+
+
+def step_jacobian(
+    linear_solver, preconditioner, problem, t0, sparsity: Sparsity | None = None
+) -> AbstractStepJacobian:
+    """The Jacobian of `problem = (term, y0, args)` at `t0`, as `linear_solver` uses it:
+    formed (densely, or on `sparsity`), or where to linearise."""
     problem = la.stop_gradients(problem)
     t0 = la.stop_gradients(t0)
     frozen = la.flatten(*problem)
     if is_dense(linear_solver):
-        return DenseStepJacobian(la.jacobian(frozen.f, t0, frozen.y))
-    return MatrixFreeStepJacobian(t0, frozen.y, problem, linear_solver, preconditioner)
+        form = direct_format(sparsity)
+        return DenseStepJacobian(form.jacobian(frozen.f, t0, frozen.y), form)
+    values = None
+    if isinstance(preconditioner, AbstractPreconditioner):
+        values = DirectFormat(sparsity).jacobian(frozen.f, t0, frozen.y)
+    return MatrixFreeStepJacobian(
+        t0, frozen.y, problem, values, linear_solver, preconditioner, sparsity
+    )
 
 
 def flat_operator(given, y0, y_flat) -> lx.AbstractLinearOperator:

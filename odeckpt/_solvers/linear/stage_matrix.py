@@ -16,7 +16,8 @@ import lineax as lx
 
 from odeckpt._core import zero_tangent
 
-from . import dense as la
+from . import banded as bd, dense as la
+from .sparsity import Sparsity
 
 Solve = Callable[[jax.Array], tuple[jax.Array, jax.Array]]
 """`rhs -> (x, ok)`: a solve with the stage matrix, and whether it succeeded."""
@@ -46,27 +47,107 @@ class AbstractStageMatrix(eqx.Module):
         transposes in reverse mode."""
 
 
-class DenseStageMatrix(AbstractStageMatrix):
-    """The matrix formed from `n` Jacobian-vector products and LU-factorised once
-    (`dense.factor`): for systems up to a few thousand unknowns."""
+class DirectFormat(eqx.Module):
+    """How a direct solver forms and factorises the Newton matrix: densely from `n`
+    products (no `sparsity`), densely from one product per colour of a sparsity
+    pattern, or in band storage when the pattern is banded (`banded.py`)."""
 
-    lu: la.Factorisation
-    hg: jax.Array
+    sparsity: Sparsity | None = eqx.field(static=True, default=None)
+    banded: bool = eqx.field(static=True, default=False)
 
-    def prepared(self, f) -> Solve:
-        return lambda rhs: (la.solve(self.lu, rhs), jnp.asarray(True))
+    def jacobian(self, f, t, y, unit=None) -> jax.Array:
+        """`df/dy(t, y)`: an `(n, n)` matrix, or the pattern's nonzero values."""
+        if self.sparsity is None:
+            return la.jacobian(f, t, y, unit)
+        linear = lambda v: jax.jvp(lambda z: f(t, z), (y,), (v,))[1]
+        return self.sparsity.values(self.sparsity.products(linear, y.dtype, unit))
 
-    def refreshed(self, f, t, z, unit) -> "DenseStageMatrix":
-        jac = la.jacobian(f, t, z, unit)
-        return DenseStageMatrix(la.factor(la.shifted(jac, self.hg)), self.hg)
+    def newton(self, jac: jax.Array, hg) -> "la.Factorisation | bd.BandedFactorisation":
+        """`I - hg J` factorised, from `jac` as `jacobian` gives it."""
+        if self.sparsity is None:
+            return la.factor(la.shifted(jac, hg))
+        eye = jnp.asarray(self.sparsity.rows == self.sparsity.cols, jac.dtype)
+        return self.factor(eye - jnp.asarray(hg, jac.dtype) * jac)
+
+    def factor(self, values: jax.Array) -> "la.Factorisation | bd.BandedFactorisation":
+        """The matrix with the pattern's nonzero `values`, factorised."""
+        sp = self.sparsity
+        assert sp is not None
+        if self.banded:
+            band = bd.band_from_entries(sp.rows, sp.cols, values, sp.n, sp.lower, sp.upper)
+            return bd.factor_banded(band, sp.lower, sp.upper)
+        return la.factor(sp.dense(values))
+
+    def inverse(self, values: jax.Array):
+        """`rhs -> matrix^-1 rhs` for the matrix with the pattern's nonzero `values`,
+        differentiable in `values` (the implicit rule, as `dense.inverse`)."""
+        sp = self.sparsity
+        assert sp is not None
+        if not self.banded:
+            return la.inverse(sp.dense(values))
+        fact = self.factor(jax.lax.stop_gradient(values))
+
+        def matvec(x):
+            return jax.ops.segment_sum(values * x[sp.cols], sp.rows, num_segments=sp.n)
+
+        def apply(rhs):
+            return jax.lax.custom_linear_solve(
+                matvec,
+                rhs,
+                solve=lambda _, b: self.solve(fact, b),
+                transpose_solve=lambda _, b: self.solve(fact, b, transpose=True),
+            )
+
+        return apply
+
+    def solve(self, fact, rhs, transpose: bool = False) -> jax.Array:
+        if self.banded:
+            return bd.solve_banded(fact, rhs, transpose)
+        return la.solve(fact, rhs, transpose)
 
     def tangent_solve(self, linear, inputs, k, rhs) -> jax.Array:
-        # The matrix's rows from the transpose (`docs/solver-internals.md`, "The stage
-        # iteration").
-        transposed = jax.linear_transpose(linear, *inputs, k)
-        basis = jnp.eye(k.shape[0], dtype=k.dtype)
-        matrix = jax.vmap(lambda e: transposed(e)[-1])(basis)
-        return la.solve(la.factor(matrix), rhs)
+        if self.sparsity is None:
+            # The matrix's rows from the transpose (`docs/solver-internals.md`, "The
+            # stage iteration").
+            transposed = jax.linear_transpose(linear, *inputs, k)
+            basis = jnp.eye(k.shape[0], dtype=k.dtype)
+            matrix = jax.vmap(lambda e: transposed(e)[-1])(basis)
+            return la.solve(la.factor(matrix), rhs)
+        zeros = jax.tree.map(zero_tangent, inputs)
+        products = self.sparsity.products(lambda v: linear(*zeros, v), k.dtype)
+        return self.solve(self.factor(self.sparsity.values(products)), rhs)
+
+
+def direct_format(sparsity: Sparsity | None) -> DirectFormat:
+    """Dense, coloured or banded: banded where the band holds under a quarter of the
+    rows (`docs/solver-internals.md`, "Linear solvers")."""
+    if sparsity is None:
+        return DirectFormat()
+    width = 2 * sparsity.lower + sparsity.upper + 1  # pivoting widens the upper band
+    return DirectFormat(sparsity, banded=sparsity.n >= BANDED_MIN and 4 * width <= sparsity.n)
+
+
+BANDED_MIN = 64
+"""Below this many unknowns a banded matrix is factorised densely (`direct_format`)."""
+
+
+class DenseStageMatrix(AbstractStageMatrix):
+    """The matrix formed from Jacobian-vector products (`n`, or one per colour of a
+    sparsity pattern) and LU-factorised once: dense, or banded (`DirectFormat`)."""
+
+    lu: "la.Factorisation | bd.BandedFactorisation"
+    hg: jax.Array
+    form: DirectFormat = DirectFormat()
+
+    def prepared(self, f) -> Solve:
+        return lambda rhs: (self.form.solve(self.lu, rhs), jnp.asarray(True))
+
+    def refreshed(self, f, t, z, unit) -> "DenseStageMatrix":
+        jac = self.form.jacobian(f, t, z, unit)
+        return DenseStageMatrix(self.form.newton(jac, self.hg), self.hg, self.form)
+
+    def tangent_solve(self, linear, inputs, k, rhs) -> jax.Array:
+        return self.form.tangent_solve(linear, inputs, k, rhs)
 
 
 class MatrixFreeStageMatrix(AbstractStageMatrix):

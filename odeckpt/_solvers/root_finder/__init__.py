@@ -3,6 +3,6 @@ settings.
 
 Modules: `newton` (one stage's iteration, differentiated implicitly), `verychord`
 (`AbstractRootFinder`, `VeryChord`), `newton_solver` (`AbstractNewtonSolver`,
-`AbstractNewtonRK`, the Newton matrix). Another root finder goes here; its linear
+`AbstractNewtonRK`, the step's Jacobian). Another root finder goes here; its linear
 solves come from `linear/`.
 """

@@ -10,6 +10,8 @@ import equinox as eqx
 from odeckpt._solvers.base import AbstractImplicitSolver
 from odeckpt._solvers.linear import choice
 from odeckpt._solvers.linear.choice import DEFAULT_LINEAR_SOLVER, AbstractStepJacobian
+from odeckpt._solvers.linear.preconditioners import AbstractPreconditioner
+from odeckpt._solvers.linear.sparsity import Pattern
 from odeckpt._solvers.runge_kutta.base import AbstractRungeKutta
 
 from .newton import NewtonOptions
@@ -35,7 +37,17 @@ class AbstractNewtonSolver(AbstractImplicitSolver):
             gamma_h)` returning a lineax operator (or a linear function of a PyTree
             shaped like `y`) that approximates the inverse of `I - gamma_h df/dy(t,
             y)`; it is called once per step (per diagonal entry of the method), at the
-            step's start, with gradients stopped. Default `None`.
+            step's start, with gradients stopped. Or a built-in one,
+            `JacobiPreconditioner()` or `BlockJacobiPreconditioner(blocks)`, formed
+            from the Jacobian's entries on `jac_sparsity`. Default `None`.
+        jac_sparsity: the sparsity pattern of `df/dy` (of the implicit term, for the
+            IMEX methods), `(N, N)` over the state's `N` elements in
+            `jax.flatten_util.ravel_pytree(y0)` order: a boolean array, a SciPy sparse
+            matrix or a JAX `BCOO`. The Jacobian then costs one forward-mode product
+            per colour of the pattern instead of `N`; a dense `linear_solver`
+            factorises it in band storage where the pattern is banded, and the
+            built-in preconditioners read their entries from it. Default `None`
+            (dense).
 
     The linear solver of the Newton iterations is `root_finder.linear_solver` (also
     read as `linear_solver`); the constructor's `linear_solver=` sets it:
@@ -57,7 +69,8 @@ class AbstractNewtonSolver(AbstractImplicitSolver):
 
     root_finder: AbstractRootFinder = DEFAULT_ROOT_FINDER
     root_find_max_steps: int = 10
-    preconditioner: Callable | None = None
+    preconditioner: Callable | AbstractPreconditioner | None = None
+    jac_sparsity: Pattern | None = eqx.field(static=True, default=None)
 
     def __init__(
         self,
@@ -68,7 +81,8 @@ class AbstractNewtonSolver(AbstractImplicitSolver):
         root_finder: AbstractRootFinder | None = None,
         root_find_max_steps: int | None = None,
         linear_solver=None,
-        preconditioner: Callable | None = None,
+        preconditioner: Callable | AbstractPreconditioner | None = None,
+        jac_sparsity=None,
     ):
         self.root_finder, self.root_find_max_steps = newton_settings(
             type(self).__name__,
@@ -80,6 +94,8 @@ class AbstractNewtonSolver(AbstractImplicitSolver):
             linear_solver,
         )
         self.preconditioner = preconditioner
+        name = type(self).__name__
+        self.jac_sparsity = None if jac_sparsity is None else Pattern(name, jac_sparsity)
 
     def __check_init__(self):
         if not (self.rtol > 0 and self.atol > 0 and self.max_iters >= 1):
@@ -88,7 +104,7 @@ class AbstractNewtonSolver(AbstractImplicitSolver):
                 f"got rtol={self.rtol}, atol={self.atol}, max_iters={self.max_iters}."
             )
         name = type(self).__name__
-        choice.check_linear_solver(name, self.linear_solver, self.preconditioner)
+        choice.check_linear_solver(name, self.linear_solver, self.preconditioner, self.jac_sparsity)
 
     @property
     def linear_solver(self):
@@ -101,7 +117,10 @@ class AbstractNewtonSolver(AbstractImplicitSolver):
         built from a copy with gradients stopped: it steers the iterations but is not
         part of the result (the stages' derivatives come from the implicit function
         theorem, `newton.solve_stage`)."""
-        return choice.step_jacobian(self.linear_solver, self.preconditioner, problem, t0)
+        sparsity = choice.sparsity_of(
+            type(self).__name__, self.jac_sparsity, self.preconditioner, problem[1]
+        )
+        return choice.step_jacobian(self.linear_solver, self.preconditioner, problem, t0, sparsity)
 
     @property
     def rtol(self) -> float:
@@ -141,7 +160,8 @@ class AbstractNewtonRK(AbstractRungeKutta, AbstractNewtonSolver):
         root_find_max_steps: int | None = None,
         scan_kind: str | None = None,
         linear_solver=None,
-        preconditioner: Callable | None = None,
+        preconditioner: Callable | AbstractPreconditioner | None = None,
+        jac_sparsity=None,
     ):
         self.scan_kind = scan_kind
         AbstractNewtonSolver.__init__(
@@ -153,6 +173,7 @@ class AbstractNewtonRK(AbstractRungeKutta, AbstractNewtonSolver):
             root_find_max_steps=root_find_max_steps,
             linear_solver=linear_solver,
             preconditioner=preconditioner,
+            jac_sparsity=jac_sparsity,
         )
 
     def init_state(self, term, t0, y0, args):

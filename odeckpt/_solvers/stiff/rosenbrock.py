@@ -18,6 +18,9 @@ from odeckpt._core import RESULTS
 from odeckpt._solvers.base import AbstractAdaptiveSolver, StepOutput
 from odeckpt._solvers.dense import hermite_coeffs
 from odeckpt._solvers.linear import choice, dense as la
+from odeckpt._solvers.linear.preconditioners import AbstractPreconditioner
+from odeckpt._solvers.linear.sparsity import Pattern
+from odeckpt._solvers.linear.stage_matrix import direct_format
 
 from . import rosenbrock_tableaux as tab
 
@@ -63,11 +66,30 @@ class AbstractRosenbrock(AbstractAdaptiveSolver):
     tableau: eqx.AbstractClassVar[tab.RosenbrockTableau]
     jac: Callable | None = None
     linear_solver: lx.AbstractLinearSolver = choice.DEFAULT_LINEAR_SOLVER
-    preconditioner: Callable | None = None
+    preconditioner: Callable | AbstractPreconditioner | None = None
+    jac_sparsity: Pattern | None = eqx.field(static=True, default=None)
+
+    def __init__(
+        self,
+        jac: Callable | None = None,
+        linear_solver: lx.AbstractLinearSolver = choice.DEFAULT_LINEAR_SOLVER,
+        preconditioner: Callable | AbstractPreconditioner | None = None,
+        jac_sparsity=None,
+    ):
+        self.jac = jac
+        self.linear_solver = linear_solver
+        self.preconditioner = preconditioner
+        name = type(self).__name__
+        self.jac_sparsity = None if jac_sparsity is None else Pattern(name, jac_sparsity)
 
     def __check_init__(self):
         name = type(self).__name__
-        choice.check_linear_solver(name, self.linear_solver, self.preconditioner)
+        choice.check_linear_solver(name, self.linear_solver, self.preconditioner, self.jac_sparsity)
+        if self.jac is not None and self.jac_sparsity is not None:
+            raise ValueError(
+                f"`{name}(jac=..., jac_sparsity=...)`: a given Jacobian is used as it is, "
+                "so its sparsity pattern has nothing to do; pass one of them."
+            )
 
     def order(self, terms) -> int:
         return self.tableau.order
@@ -86,12 +108,22 @@ class AbstractRosenbrock(AbstractAdaptiveSolver):
     def attempt(self, term, t0, dt, y0, solver_state, args, dense=True) -> StepOutput:
         flat = la.flatten(term, y0, args)
         h = dt.astype(flat.y.dtype)
-        if choice.is_dense(self.linear_solver):
+        sparsity = choice.sparsity_of(
+            type(self).__name__, self.jac_sparsity, self.preconditioner, y0
+        )
+        if choice.is_dense(self.linear_solver) and sparsity is not None:
+            f0, dfdt = _field_and_time_derivative(flat, t0)
+            form = direct_format(sparsity)
+            jac = form.jacobian(flat.f, t0, flat.y)
+            eye = jnp.asarray(sparsity.rows == sparsity.cols, jac.dtype)
+            w = form.inverse(eye / (h * self.tableau.gamma) - jac)
+            solve = lambda rhs: (w(rhs), jnp.asarray(True))
+        elif choice.is_dense(self.linear_solver):
             f0, jac, dfdt = self._linearise(flat, t0, y0, args)
             w = la.inverse(jnp.eye(jac.shape[0], dtype=jac.dtype) / (h * self.tableau.gamma) - jac)
             solve = lambda rhs: (w(rhs), jnp.asarray(True))
         else:
-            f0, solve, dfdt = self._matrix_free(flat, t0, h, (term, y0, args))
+            f0, solve, dfdt = self._matrix_free(flat, t0, h, (term, y0, args), sparsity)
         ks, y1, solved = _rosenbrock_stages(self.tableau, flat, t0, dt, f0, solve, dfdt)
         error = la.combine(jnp.zeros_like(flat.y), self.tableau.m_err, ks)
         y1 = jnp.where(solved, y1, jnp.nan)
@@ -100,7 +132,7 @@ class AbstractRosenbrock(AbstractAdaptiveSolver):
         failure = jnp.where(solved, RESULTS.successful, RESULTS.breakdown)
         return StepOutput(flat.unravel(y1), flat.unravel(error), (), coeffs, failure)
 
-    def _matrix_free(self, flat: la.Flat, t0, h, problem):
+    def _matrix_free(self, flat: la.Flat, t0, h, problem, sparsity):
         """`(f0, solve, df/dt)`: `solve(rhs) -> (W^-1 rhs, ok)` by the iterative linear
         solver on `W v = v / (h gamma) - J v`, differentiable in everything `W` and
         `rhs` depend on (lineax's derivative rules)."""
@@ -112,7 +144,7 @@ class AbstractRosenbrock(AbstractAdaptiveSolver):
         w = lx.FunctionLinearOperator(lambda v: scale * v - linear(zero_t, v), structure)
         options = {}
         hg = la.stop_gradients(h * self.tableau.gamma)
-        inverse = choice.preconditioner_at(self.preconditioner, problem, t0, hg)
+        inverse = choice.preconditioner_at(self.preconditioner, problem, t0, hg, sparsity)
         if inverse is not None:  # it approximates (I - hg J)^-1, and W = (I - hg J) / hg
             options["preconditioner"] = inverse * hg
 
@@ -154,6 +186,11 @@ class AbstractRosenbrock(AbstractAdaptiveSolver):
         rows += [ds[r] - ds[r - 1] for r in range(1, len(ds))]
         rows.append(-ds[-1])
         return la.unravel_rows(flat, jnp.stack(rows))
+
+
+def _field_and_time_derivative(flat: la.Flat, t0):
+    """`(f(t0, y0), df/dt(t0, y0))` from one forward-mode product."""
+    return jax.jvp(lambda t: flat.f(t, flat.y), (t0,), (jnp.ones_like(t0),))
 
 
 def _rosenbrock_stages(tableau: tab.RosenbrockTableau, flat: la.Flat, t0, dt, f0, solve, dfdt):
