@@ -64,6 +64,14 @@ EXAMPLES = [
         id="parameter_fit_newton",
         marks=pytest.mark.slow,
     ),
+    pytest.param(  # compiles a stiff solve and its gradient with Krylov solves: ~40 s
+        "brusselator_2d",
+        ["--quick", "--grid", "16", "--iterations", "2"],
+        ["brusselator_2d_fit.png", "brusselator_2d_loss.png"],
+        "fitted alpha",
+        id="brusselator_2d",
+        marks=pytest.mark.slow,
+    ),
 ]
 
 
