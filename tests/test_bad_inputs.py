@@ -664,6 +664,20 @@ OPTIONS = [
         lambda: oc.Rodas5P(jac=lambda t, y, args: -jnp.eye(2), jac_sparsity=np.eye(2, dtype=bool)),
     ),
     Case(
+        "`jac` not a function",
+        "ValueError",
+        "`Kvaerno5(jac=...)` takes a function `jac(t, y, args)` returning a lineax operator "
+        "(or an (n, n) array); got ndarray.",
+        lambda: oc.Kvaerno5(jac=np.eye(2)),
+    ),
+    Case(
+        "`jac` returning an array of the wrong shape",
+        "ValueError",
+        "`jac(t, y, args)` must return a lineax operator on the state's structure or an (2, "
+        "2) array for a state of 2 elements (`ravel_pytree(y)`); got shape (3, 3).",
+        lambda: _solve(solver=oc.Kvaerno5(jac=lambda t, y, args: jnp.eye(3))),
+    ),
+    Case(
         "`ButcherTableau` with an implicit diagonal",
         "ValueError",
         "Butcher tableau 'ButcherTableau': implicit tableaux (`a_diagonal`, `c1`) are not "

@@ -485,3 +485,63 @@ def test_pattern_of_the_wrong_size_is_refused_before_compiling():
     solver = oc.Kvaerno5(jac_sparsity=np.eye(2 * N + 1, dtype=bool))
     with pytest.raises(ValueError, match=r"must be \(24, 24\) for a state of 24 elements"):
         jax.jit(lambda: _periodic_solve(solver).ys).lower()
+
+
+# ----------------------------------------------------------------------------------
+# User Jacobians (`jac=`)
+
+
+def banded_jacobian(t, y, args):
+    """The banded problem's exact `df/dy` as a lineax operator on `(M, 2)` states."""
+    alpha, b = args
+    u, v = y[:, 0], y[:, 1]
+
+    def lap(w):  # the Dirichlet values are constants: they drop from the derivative
+        return (jnp.pad(w, 1)[2:] + jnp.pad(w, 1)[:-2] - 2 * w) * (M + 1) ** 2
+
+    def mv(d):
+        du, dv = d[:, 0], d[:, 1]
+        first = (2 * u * v - (b + 1)) * du + u * u * dv + alpha * lap(du)
+        second = (b - 2 * u * v) * du - u * u * dv + alpha * lap(dv)
+        return jnp.stack([first, second], axis=1)
+
+    return lx.FunctionLinearOperator(mv, jax.ShapeDtypeStruct(y.shape, y.dtype))
+
+
+def diffusion_only_jacobian(t, y, args):
+    """An approximate Jacobian: the diffusion's alone."""
+    alpha, _ = args
+
+    def mv(d):
+        lap = lambda w: jnp.pad(w, ((1, 1), (0, 0)))[2:] + jnp.pad(w, ((1, 1), (0, 0)))[:-2] - 2 * w
+        return alpha * lap(d) * (M + 1) ** 2
+
+    return lx.FunctionLinearOperator(mv, jax.ShapeDtypeStruct(y.shape, y.dtype))
+
+
+@pytest.mark.parametrize(
+    "linear_solver", [None, pytest.param(GMRES, marks=slow)], ids=["dense", "gmres"]
+)
+def test_user_jacobian_matches_autodiff(linear_solver):
+    """`jac=` as a lineax operator, exact or approximate (it steers Newton only): the
+    same solution and gradient as the Jacobian from `f`."""
+    kw = {} if linear_solver is None else {"linear_solver": linear_solver}
+    want = _banded_solve(oc.Kvaerno5(**kw))
+    exact = _banded_solve(oc.Kvaerno5(jac=banded_jacobian, **kw))
+    _close(exact.ys, want.ys, 1e-9)
+    approximate = _banded_solve(oc.Kvaerno5(jac=diffusion_only_jacobian, **kw))
+    _close(approximate.ys, want.ys, 1e-6)
+    p = (banded_y0(), BANDED_ARGS)
+    grad = lambda solver: jax.jit(jax.grad(_banded_loss(solver, oc.CheckpointAdjoint())))(p)
+    _close(grad(oc.Kvaerno5(jac=banded_jacobian, **kw)), grad(oc.Kvaerno5(**kw)), 1e-8)
+
+
+@slow
+def test_rosenbrock_user_jacobian_operator_and_its_check():
+    """A Rosenbrock method uses `jac` in its result: an operator works dense and
+    matrix-free, and a wrong one is caught by its check."""
+    want = _banded_solve(oc.Rodas5P()).ys
+    _close(_banded_solve(oc.Rodas5P(jac=banded_jacobian)).ys, want, 1e-9)
+    _close(_banded_solve(oc.Rodas5P(jac=banded_jacobian, linear_solver=GMRES)).ys, want, 1e-8)
+    with pytest.raises(Exception, match="disagrees with the derivative"):
+        _banded_solve(oc.Rodas5P(jac=diffusion_only_jacobian, linear_solver=GMRES))

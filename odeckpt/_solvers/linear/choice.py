@@ -94,6 +94,24 @@ def check_linear_solver(name: str, linear_solver, preconditioner, jac_sparsity=N
         )
 
 
+def check_jac(name: str, jac, jac_sparsity) -> None:
+    """Refuse a `jac` that is not a function, or one given with `jac_sparsity`.
+
+    Raises:
+        ValueError: as above.
+    """
+    if jac is not None and not callable(jac):
+        raise ValueError(
+            f"`{name}(jac=...)` takes a function `jac(t, y, args)` returning a lineax "
+            f"operator (or an (n, n) array); got {type(jac).__name__}."
+        )
+    if jac is not None and jac_sparsity is not None:
+        raise ValueError(
+            f"`{name}(jac=..., jac_sparsity=...)`: a given Jacobian is used as it is, "
+            "so its sparsity pattern has nothing to do; pass one of them."
+        )
+
+
 class AbstractStepJacobian(eqx.Module):
     """The step's Jacobian `J = df/dy(t0, y0)` (gradients stopped), ready to give the
     Newton matrix `I - hg J` of each diagonal entry `hg`."""
@@ -124,6 +142,7 @@ class MatrixFreeStepJacobian(AbstractStepJacobian):
     y: jax.Array  # flat
     problem: Any  # (term, y0, args), gradients stopped
     values: jax.Array | None  # J's entries on `sparsity`, for a built-in preconditioner
+    jacobian: lx.AbstractLinearOperator | None  # the user's `jac`, on the flat state
     solver: lx.AbstractLinearSolver = eqx.field(static=True)
     preconditioner: Any = eqx.field(static=True)
     sparsity: Sparsity | None = eqx.field(static=True)
@@ -135,7 +154,7 @@ class MatrixFreeStepJacobian(AbstractStepJacobian):
             inverse = self.preconditioner.inverse(self.sparsity, self.values, hg)
         else:
             inverse = preconditioner_at(self.preconditioner, self.problem, self.t, hg)
-        return MatrixFreeStageMatrix(self.t, self.y, hg, inverse, self.solver)
+        return MatrixFreeStageMatrix(self.t, self.y, hg, inverse, self.jacobian, self.solver)
 
 
 def preconditioner_at(
@@ -172,14 +191,47 @@ def sparsity_of(name: str, pattern: Pattern | None, preconditioner, y0) -> Spars
     return sparsity
 
 
+def user_jacobian(jac, problem, t0) -> lx.AbstractLinearOperator:
+    """The user's `jac(t, y, args)` at `t0` of `problem = (term, y0, args)`: a lineax
+    operator on the state's structure (or a linear function of it), or an `(n, n)`
+    array on the flat state, as an operator on the flat state.
+
+    Raises:
+        ValueError: for an array or operator of the wrong shape.
+    """
+    term, y0, args = problem
+    flat_y = la.flatten(*problem).y
+    given = jac(t0, y0, args)
+    if isinstance(given, lx.AbstractLinearOperator) or callable(given):
+        return flat_operator(given, y0, flat_y, "jac(t, y, args)")
+    n = flat_y.shape[0]
+    matrix = jnp.asarray(given)
+    if matrix.shape != (n, n):
+        raise ValueError(
+            f"`jac(t, y, args)` must return a lineax operator on the state's structure or "
+            f"an ({n}, {n}) array for a state of {n} elements (`ravel_pytree(y)`); got "
+            f"shape {matrix.shape}."
+        )
+    return lx.MatrixLinearOperator(matrix.astype(flat_y.dtype))
+
+
 def step_jacobian(
-    linear_solver, preconditioner, problem, t0, sparsity: Sparsity | None = None
+    linear_solver,
+    preconditioner,
+    problem,
+    t0,
+    sparsity: Sparsity | None = None,
+    jac=None,
 ) -> AbstractStepJacobian:
     """The Jacobian of `problem = (term, y0, args)` at `t0`, as `linear_solver` uses it:
-    formed (densely, or on `sparsity`), or where to linearise."""
+    formed (densely, or on `sparsity`, or from the user's `jac`), or where to
+    linearise (or the user's operator)."""
     problem = la.stop_gradients(problem)
     t0 = la.stop_gradients(t0)
     frozen = la.flatten(*problem)
+    given = None if jac is None else la.stop_gradients(user_jacobian(jac, problem, t0))
+    if is_dense(linear_solver) and given is not None:
+        return DenseStepJacobian(given.as_matrix(), DirectFormat())
     if is_dense(linear_solver):
         form = direct_format(sparsity)
         return DenseStepJacobian(form.jacobian(frozen.f, t0, frozen.y), form)
@@ -187,13 +239,15 @@ def step_jacobian(
     if isinstance(preconditioner, AbstractPreconditioner):
         values = DirectFormat(sparsity).jacobian(frozen.f, t0, frozen.y)
     return MatrixFreeStepJacobian(
-        t0, frozen.y, problem, values, linear_solver, preconditioner, sparsity
+        t0, frozen.y, problem, values, given, linear_solver, preconditioner, sparsity
     )
 
 
-def flat_operator(given, y0, y_flat) -> lx.AbstractLinearOperator:
-    """The preconditioner `given` (a lineax operator or a linear function on PyTrees
-    shaped like `y0`) as an operator on the flat state `y_flat`.
+def flat_operator(
+    given, y0, y_flat, what: str = "preconditioner(t, y, args, gamma_h)"
+) -> lx.AbstractLinearOperator:
+    """`given` (a lineax operator or a linear function on PyTrees shaped like `y0`, from
+    the user's `what`) as an operator on the flat state `y_flat`.
 
     Raises:
         ValueError: if it does not map `y0`'s structure to itself.
@@ -204,7 +258,7 @@ def flat_operator(given, y0, y_flat) -> lx.AbstractLinearOperator:
     spaces = (given.in_structure(), given.out_structure())
     if any(_shapes(space) != _shapes(like) for space in spaces):
         raise ValueError(
-            "`preconditioner(t, y, args, gamma_h)` must return an operator from the "
+            f"`{what}` must return an operator from the "
             f"state's structure to itself, {_shapes(like)}; got one from "
             f"{_shapes(spaces[0])} to {_shapes(spaces[1])}."
         )

@@ -161,6 +161,8 @@ class MatrixFreeStageMatrix(AbstractStageMatrix):
         hg: `h * gamma`.
         preconditioner: a lineax operator on flat vectors approximating the inverse of
             the matrix, or `None`.
+        jacobian: the user's `jac` at the step's start, on flat vectors, whose
+            products replace the linearisation's; `None` to linearise `f`.
         solver: the lineax solver.
     """
 
@@ -168,6 +170,7 @@ class MatrixFreeStageMatrix(AbstractStageMatrix):
     y: jax.Array
     hg: jax.Array
     preconditioner: lx.AbstractLinearOperator | None
+    jacobian: lx.AbstractLinearOperator | None
     solver: lx.AbstractLinearSolver = eqx.field(static=True)
 
     @property
@@ -182,7 +185,10 @@ class MatrixFreeStageMatrix(AbstractStageMatrix):
     def prepared(self, f) -> Solve:
         # Linearised once per stage: every Krylov iteration of every Newton iteration
         # then costs one Jacobian-vector product, with no evaluation of `f` itself.
-        _, jvp = jax.linearize(lambda z: f(self.t, z), self.y)
+        if self.jacobian is None:
+            _, jvp = jax.linearize(lambda z: f(self.t, z), self.y)
+        else:
+            jvp = self.jacobian.mv
         operator = self._operator(jvp)
         state = self.solver.init(operator, self._options)
 
@@ -197,7 +203,12 @@ class MatrixFreeStageMatrix(AbstractStageMatrix):
     def refreshed(self, f, t, z, unit) -> "MatrixFreeStageMatrix":
         t = jnp.asarray(t, self.t.dtype)
         z = z * jnp.asarray(unit, z.dtype)
-        return MatrixFreeStageMatrix(t, z, self.hg, self.preconditioner, self.solver)
+        if self.jacobian is not None:
+            # The user's `jac` is taken at the step's start only: a restart keeps it
+            # (a step that fails again is retried smaller, where `I - hg J` is closer
+            # to `I`).
+            return self
+        return MatrixFreeStageMatrix(t, z, self.hg, self.preconditioner, self.jacobian, self.solver)
 
     def tangent_solve(self, linear, inputs, k, rhs) -> jax.Array:
         zeros = jax.tree.map(zero_tangent, inputs)

@@ -48,6 +48,15 @@ class AbstractNewtonSolver(AbstractImplicitSolver):
             factorises it in band storage where the pattern is banded, and the
             built-in preconditioners read their entries from it. Default `None`
             (dense).
+        jac: the Jacobian `df/dy` (of the implicit term, for the IMEX methods) as
+            `jac(t, y, args)` returning a lineax operator on the state's structure
+            (or a linear function of a PyTree shaped like `y`), or an `(N, N)` array
+            over `ravel_pytree(y)`; called once per step, at its start, with
+            gradients stopped. It steers the Newton iterations only (their residual,
+            and the stages' derivatives, use `f` itself), so an approximate one is
+            allowed: it costs iterations, not accuracy. A dense `linear_solver`
+            materialises it; an iterative one applies it. Default `None` (from `f`
+            by forward-mode products).
 
     The linear solver of the Newton iterations is `root_finder.linear_solver` (also
     read as `linear_solver`); the constructor's `linear_solver=` sets it:
@@ -71,6 +80,7 @@ class AbstractNewtonSolver(AbstractImplicitSolver):
     root_find_max_steps: int = 10
     preconditioner: Callable | AbstractPreconditioner | None = None
     jac_sparsity: Pattern | None = eqx.field(static=True, default=None)
+    jac: Callable | None = None
 
     def __init__(
         self,
@@ -83,6 +93,7 @@ class AbstractNewtonSolver(AbstractImplicitSolver):
         linear_solver=None,
         preconditioner: Callable | AbstractPreconditioner | None = None,
         jac_sparsity=None,
+        jac: Callable | None = None,
     ):
         self.root_finder, self.root_find_max_steps = newton_settings(
             type(self).__name__,
@@ -96,6 +107,7 @@ class AbstractNewtonSolver(AbstractImplicitSolver):
         self.preconditioner = preconditioner
         name = type(self).__name__
         self.jac_sparsity = None if jac_sparsity is None else Pattern(name, jac_sparsity)
+        self.jac = jac
 
     def __check_init__(self):
         if not (self.rtol > 0 and self.atol > 0 and self.max_iters >= 1):
@@ -105,6 +117,7 @@ class AbstractNewtonSolver(AbstractImplicitSolver):
             )
         name = type(self).__name__
         choice.check_linear_solver(name, self.linear_solver, self.preconditioner, self.jac_sparsity)
+        choice.check_jac(name, self.jac, self.jac_sparsity)
 
     @property
     def linear_solver(self):
@@ -120,7 +133,9 @@ class AbstractNewtonSolver(AbstractImplicitSolver):
         sparsity = choice.sparsity_of(
             type(self).__name__, self.jac_sparsity, self.preconditioner, problem[1]
         )
-        return choice.step_jacobian(self.linear_solver, self.preconditioner, problem, t0, sparsity)
+        return choice.step_jacobian(
+            self.linear_solver, self.preconditioner, problem, t0, sparsity, self.jac
+        )
 
     @property
     def rtol(self) -> float:
@@ -162,6 +177,7 @@ class AbstractNewtonRK(AbstractRungeKutta, AbstractNewtonSolver):
         linear_solver=None,
         preconditioner: Callable | AbstractPreconditioner | None = None,
         jac_sparsity=None,
+        jac: Callable | None = None,
     ):
         self.scan_kind = scan_kind
         AbstractNewtonSolver.__init__(
@@ -174,6 +190,7 @@ class AbstractNewtonRK(AbstractRungeKutta, AbstractNewtonSolver):
             linear_solver=linear_solver,
             preconditioner=preconditioner,
             jac_sparsity=jac_sparsity,
+            jac=jac,
         )
 
     def init_state(self, term, t0, y0, args):

@@ -44,8 +44,9 @@ class AbstractRosenbrock(AbstractAdaptiveSolver):
             `None` (default): computed with `n + 1` batched forward-mode products
             (`jax.jacfwd`), `df/dt` included. A given `jac` is checked against one
             Jacobian-vector product per step and the solve raises if they disagree;
-            it must be valid for forward-in-time solves. With an iterative
-            `linear_solver` it is not used (the products come from linearising `f`).
+            it must be valid for forward-in-time solves. It may also return a lineax
+            operator on the state's structure (or a linear function of it): a dense
+            `linear_solver` materialises it, an iterative one applies it.
         linear_solver: the lineax solver of the stage systems. The default,
             `lineax.AutoLinearSolver(well_posed=None)` (as diffrax's implicit
             solvers'), and `lineax.LU()` factorise `W` densely once per step; any
@@ -85,11 +86,7 @@ class AbstractRosenbrock(AbstractAdaptiveSolver):
     def __check_init__(self):
         name = type(self).__name__
         choice.check_linear_solver(name, self.linear_solver, self.preconditioner, self.jac_sparsity)
-        if self.jac is not None and self.jac_sparsity is not None:
-            raise ValueError(
-                f"`{name}(jac=..., jac_sparsity=...)`: a given Jacobian is used as it is, "
-                "so its sparsity pattern has nothing to do; pass one of them."
-            )
+        choice.check_jac(name, self.jac, self.jac_sparsity)
 
     def order(self, terms) -> int:
         return self.tableau.order
@@ -136,12 +133,19 @@ class AbstractRosenbrock(AbstractAdaptiveSolver):
         """`(f0, solve, df/dt)`: `solve(rhs) -> (W^-1 rhs, ok)` by the iterative linear
         solver on `W v = v / (h gamma) - J v`, differentiable in everything `W` and
         `rhs` depend on (lineax's derivative rules)."""
-        f0, linear = jax.linearize(flat.f, t0, flat.y)
-        dfdt = linear(jnp.ones_like(t0), jnp.zeros_like(flat.y))
-        zero_t = jnp.zeros_like(t0)
         scale = 1 / (h * self.tableau.gamma)
         structure = jax.ShapeDtypeStruct(flat.y.shape, flat.y.dtype)
-        w = lx.FunctionLinearOperator(lambda v: scale * v - linear(zero_t, v), structure)
+        if self.jac is None:
+            f0, linear = jax.linearize(flat.f, t0, flat.y)
+            dfdt = linear(jnp.ones_like(t0), jnp.zeros_like(flat.y))
+            zero_t = jnp.zeros_like(t0)
+            jv = lambda v: linear(zero_t, v)
+        else:
+            _, y0, args = problem
+            operator = choice.user_jacobian(self.jac, (None, y0, args), t0)
+            f0, operator, dfdt = _checked(flat, t0, operator)
+            jv = operator.mv
+        w = lx.FunctionLinearOperator(lambda v: scale * v - jv(v), structure)
         options = {}
         hg = la.stop_gradients(h * self.tableau.gamma)
         inverse = choice.preconditioner_at(self.preconditioner, problem, t0, hg, sparsity)
@@ -157,22 +161,9 @@ class AbstractRosenbrock(AbstractAdaptiveSolver):
     def _linearise(self, flat: la.Flat, t0, y0, args):
         if self.jac is None:
             return la.linearise(flat.f, t0, flat.y)
-        n = flat.y.shape[0]
-        jac = jnp.asarray(self.jac(t0, y0, args)).astype(flat.y.dtype)
-        if jac.shape != (n, n):
-            raise ValueError(
-                f"`jac(t, y, args)` must return an ({n}, {n}) array for a state of {n} "
-                f"elements; got shape {jac.shape}."
-            )
-        probe = 1 + 0.5 * jnp.sin(jnp.arange(1, n + 1, dtype=flat.y.dtype))
-        dys = jnp.stack([jnp.zeros_like(probe), probe])
-        dts = jnp.asarray([1, 0], jnp.result_type(t0))
-        f0, (dfdt, jv) = jax.vmap(
-            lambda dy, dt: jax.jvp(flat.f, (t0, flat.y), (dt, dy)), out_axes=(None, 0)
-        )(dys, dts)
-        given = jac @ probe
-        gap = la.rms(given - jv) > 1e-3 * (la.rms(given) + la.rms(jv)) + 1e-30
-        return f0, eqx.error_if(jac, gap, _JAC_MISMATCH), dfdt
+        operator = choice.user_jacobian(self.jac, (None, y0, args), t0)
+        f0, checked, dfdt = _checked(flat, t0, operator)
+        return f0, checked.as_matrix(), dfdt
 
     def _dense(self, flat: la.Flat, t0, dt, f0, ks, y1):
         """Dense-output coefficients `c_j` of `y0 + sum_j c_j theta^(j+1)`."""
@@ -186,6 +177,21 @@ class AbstractRosenbrock(AbstractAdaptiveSolver):
         rows += [ds[r] - ds[r - 1] for r in range(1, len(ds))]
         rows.append(-ds[-1])
         return la.unravel_rows(flat, jnp.stack(rows))
+
+
+def _checked(flat: la.Flat, t0, operator: lx.AbstractLinearOperator):
+    """`(f0, operator, df/dt)`, with `operator` (the user's `jac` on the flat state)
+    checked against one Jacobian-vector product: the solve raises if they disagree."""
+    n = flat.y.shape[0]
+    probe = 1 + 0.5 * jnp.sin(jnp.arange(1, n + 1, dtype=flat.y.dtype))
+    dys = jnp.stack([jnp.zeros_like(probe), probe])
+    dts = jnp.asarray([1, 0], jnp.result_type(t0))
+    f0, (dfdt, jv) = jax.vmap(
+        lambda dy, dt: jax.jvp(flat.f, (t0, flat.y), (dt, dy)), out_axes=(None, 0)
+    )(dys, dts)
+    given = operator.mv(probe)
+    gap = la.rms(given - jv) > 1e-3 * (la.rms(given) + la.rms(jv)) + 1e-30
+    return f0, eqx.error_if(operator, gap, _JAC_MISMATCH), dfdt
 
 
 def _field_and_time_derivative(flat: la.Flat, t0):
