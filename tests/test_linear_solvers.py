@@ -102,7 +102,7 @@ SOLVERS = {
     "Rodas5P": lambda **kw: oc.Rodas5P(**kw),
 }
 # the IMEX path runs in the forward-mode and preconditioner tests
-FAST = ("Kvaerno5", "Rodas5P")
+FAST = ("Kvaerno5",)
 
 
 @pytest.mark.parametrize(
@@ -121,6 +121,7 @@ def test_matrix_free_matches_dense_and_scipy(name):
     _close(got, want, 3e-2 if loose else 1e-5)
 
 
+@slow
 def test_bicgstab_and_verychord_spelling():
     """`BiCGStab` works as GMRES does, and diffrax's spelling (the root finder's
     `linear_solver`) is the same setting."""
@@ -161,6 +162,7 @@ def test_gradients_match_dense(adjoint):
     _close(krylov, dense, 1e-7)
 
 
+@slow
 def test_forward_mode_matches_dense():
     p = (initial(), PARAMS)
     tangent = jax.tree.map(jnp.ones_like, p)
@@ -172,11 +174,13 @@ def test_forward_mode_matches_dense():
     np.testing.assert_allclose(jvp(oc.KenCarp3(linear_solver=GMRES)), jvp(oc.KenCarp3()), rtol=1e-7)
 
 
+@slow
 def test_gradient_against_finite_differences():
     loss = _loss(oc.KenCarp3(linear_solver=GMRES), oc.CheckpointAdjoint())
     odeckpt.testing.assert_grads_close(lambda args: loss((initial(), args)), PARAMS, rtol=1e-6)
 
 
+@slow
 def test_vmap_and_float32():
     """A batch of initial states under `jax.vmap`, in float32."""
     solver = oc.Kvaerno3(linear_solver=lx.GMRES(rtol=1e-5, atol=1e-6))
@@ -190,6 +194,7 @@ def test_vmap_and_float32():
         _close(row(out), one.ys, 1e-4)
 
 
+@slow
 def test_reverse_time():
     """A diffusion solved forward, then backwards from its end: back to the start."""
 
@@ -206,6 +211,7 @@ def test_reverse_time():
     _close(jax.tree.map(lambda x: x[-1], back.ys), y0, 1e-6)
 
 
+@slow
 def test_complex_state():
     """A complex state (its real view is what the Krylov solver sees)."""
 
@@ -236,6 +242,7 @@ def _jacobi(t, y, args, gamma_h):
     return lx.DiagonalLinearOperator((1 / du, 1 / dv))
 
 
+@slow
 def test_preconditioner_as_a_function():
     """A preconditioner given as a plain linear function (the gradient tests give a
     lineax operator) leaves the solution as it is: it changes how the Krylov solve
@@ -248,6 +255,7 @@ def test_preconditioner_as_a_function():
     _close(solve(imex).ys, solve(oc.KenCarp3()).ys, 1e-7)
 
 
+@slow
 def test_rosenbrock_gradient():
     """A Rosenbrock step differentiates through its own Krylov solves (lineax's rules:
     the operator's derivative, the preconditioned solve transposed)."""
@@ -265,7 +273,7 @@ def _has_square_buffer(compiled_text: str, n: int) -> bool:
     return any([int(d) for d in dims.split(",")].count(n) >= 2 for dims in shapes)
 
 
-@pytest.mark.parametrize("name", ["Kvaerno3", "Rodas5P"])
+@pytest.mark.parametrize("name", ["Kvaerno3", pytest.param("Rodas5P", marks=slow)])
 def test_no_dense_matrix_in_the_compiled_gradient(name):
     """On the matrix-free path no `n x n` array exists, forward or backward (with the
     dense path, for contrast, one does)."""

@@ -143,7 +143,7 @@ class AbstractRosenbrock(AbstractAdaptiveSolver):
         else:
             _, y0, args = problem
             operator = choice.user_jacobian(self.jac, (None, y0, args), t0)
-            f0, operator, dfdt = _checked(flat, t0, operator)
+            f0, operator, dfdt = _checked_jacobian(flat, t0, operator)
             jv = operator.mv
         w = lx.FunctionLinearOperator(lambda v: scale * v - jv(v), structure)
         options = {}
@@ -162,7 +162,7 @@ class AbstractRosenbrock(AbstractAdaptiveSolver):
         if self.jac is None:
             return la.linearise(flat.f, t0, flat.y)
         operator = choice.user_jacobian(self.jac, (None, y0, args), t0)
-        f0, checked, dfdt = _checked(flat, t0, operator)
+        f0, checked, dfdt = _checked_jacobian(flat, t0, operator)
         return f0, checked.as_matrix(), dfdt
 
     def _dense(self, flat: la.Flat, t0, dt, f0, ks, y1):
@@ -179,7 +179,7 @@ class AbstractRosenbrock(AbstractAdaptiveSolver):
         return la.unravel_rows(flat, jnp.stack(rows))
 
 
-def _checked(flat: la.Flat, t0, operator: lx.AbstractLinearOperator):
+def _checked_jacobian(flat: la.Flat, t0, operator: lx.AbstractLinearOperator):
     """`(f0, operator, df/dt)`, with `operator` (the user's `jac` on the flat state)
     checked against one Jacobian-vector product: the solve raises if they disagree."""
     n = flat.y.shape[0]
