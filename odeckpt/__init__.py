@@ -17,6 +17,10 @@ from ._compiled import (
     compiled_cache_info as compiled_cache_info,
     compiled_cache_size as compiled_cache_size,
 )
+from ._control import (
+    ControlTerm as ControlTerm,
+    WeaklyDiagonalControlTerm as WeaklyDiagonalControlTerm,
+)
 from ._controllers import (
     AbstractAdaptiveStepSizeController as AbstractAdaptiveStepSizeController,
     AbstractLoopController as AbstractLoopController,
@@ -111,6 +115,7 @@ from ._solvers import (
     Sil3 as Sil3,
     Tsit5 as Tsit5,
     VeryChord as VeryChord,
+    with_stepsize_controller_tols as with_stepsize_controller_tols,
 )
 from ._terms import AbstractTerm as AbstractTerm, MultiTerm as MultiTerm, ODETerm as ODETerm
 

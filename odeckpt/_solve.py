@@ -34,19 +34,23 @@ from ._event import AbstractDiscreteTerminatingEvent, Event
 from ._progress import AbstractProgressMeter, progress_callback
 from ._saveat import SaveAt, SubSaveAt, save_y, sub_saves
 from ._solution import Solution, build_solution
+from ._solvers import filled_tolerances
 from ._terms import as_term, time_reversed
 from ._validate import (
     check_autodiff,
+    check_controls,
     check_event,
     check_inputs,
     check_reverse_mode,
     check_save_fns,
+    check_spans_now,
     check_state_values,
     check_term_parts,
     check_terms,
     check_times,
     check_values,
     check_vector_field,
+    control_spans,
     event_from_discrete,
     floating_state,
     known_direction,
@@ -115,6 +119,7 @@ def diffeqsolve(
     if compiled.staging():  # under `jax.jit`: traced into the caller's program
         return _solve(*state, *config, False)  # pyright: ignore[reportReturnType]
     check_state_values(y0, args)  # concrete: raise now, not from the compiled program
+    check_spans_now(control_spans(terms, y0), t0, t1)
     # With JAX's persistent cache on, a call with nothing traced checks its result on
     # the host once the program has run: then the program holds no host callback, which
     # the persistent cache would refuse to store. (Otherwise the check stays in the
@@ -157,6 +162,7 @@ def _solve(
     the host, and no value check runs at run time (the caller checked the state's
     values, and every other input is concrete)."""
     check_inputs(solver, stepsize_controller, adjoint, saveat, max_steps, dt0)
+    solver = filled_tolerances(solver, stepsize_controller)
     check_terms(terms, solver, y0)
     term = as_term(terms)
     check_term_parts(solver, term)
@@ -171,6 +177,7 @@ def _solve(
     tdtype = promoted_dtype(*[x for x in (t0, t1, dt0, *ts) if x is not None], float)
     y0 = floating_state(y0, tdtype)
     direction = known_direction(t0, t1)  # from the raw values: jnp.asarray traces under jit
+    check_controls(term, solver, stepsize_controller, adjoint, jnp.asarray(t0, tdtype), y0, args)
     check_vector_field(term, jnp.asarray(t0, tdtype), y0, args)
     check_save_fns(subs, jnp.asarray(t0, tdtype), y0, args)
     given = dict(
@@ -194,6 +201,7 @@ def _solve(
         stepsize_controller,
         throw and not host_checks,
         event=event is not None,
+        spans=control_spans(term, y0),
     )
     span = (concrete(t0), concrete(t1))  # for error messages, when known at trace time
     expected = expected_step_count(stepsize_controller, t0, t1, dt0, tdtype)

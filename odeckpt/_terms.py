@@ -62,13 +62,41 @@ class AbstractTerm(eqx.Module, Generic[_VF, _Control]):
         return _TimeReversed(self, direction)
 
     def closure_converted(self, t0, y0: Y, args: Args) -> "AbstractTerm":
-        """`ODETerm`s of the vector fields closure-converted at `(t0, y0, args)`
-        (`closure_convert`), so that the arrays they read are leaves
-        the solve's derivatives reach (`diffeqsolve`): one per part (`parts`), in a
+        """The term a solve holds: each part (`parts`) converted (`converted_part`), in a
         `MultiTerm` when there are several, so that solvers treating the parts apart
         still can."""
-        parts = [ODETerm(closure_convert(p.vf, t0, y0, args)) for p in self.parts()]
+        parts = [p.converted_part(t0, y0, args) for p in self.parts()]
         return parts[0] if len(parts) == 1 else MultiTerm(*parts)
+
+    def converted_part(self, t0, y0: Y, args: Args) -> "AbstractTerm":
+        """This term as one vector field closure-converted at `(t0, y0, args)`
+        (`closure_convert`), so that the arrays it reads are leaves the solve's
+        derivatives reach (`diffeqsolve`): an `ODETerm`, unless a subclass (a
+        `ControlTerm`) is stepped otherwise."""
+        return ODETerm(closure_convert(self.vf, t0, y0, args))
+
+    def as_ode(self) -> "AbstractTerm":
+        """This term as an ODE, whose `vf` is `dy/dt`: the term itself, or a
+        `ControlTerm`'s `to_ode()`."""
+        return self
+
+    @property
+    def steps_by_increments(self) -> bool:
+        """Whether a step must fix the term first (`for_step`): a `ControlTerm`, whose
+        stages read the control's increment over the step."""
+        return False
+
+    def for_step(self, t0, dt) -> "AbstractTerm":
+        """The term the step from `t0` to `t0 + dt` evaluates (the term itself but for
+        a `ControlTerm`, see `steps_by_increments`)."""
+        del t0, dt
+        return self
+
+    def controlled(self, y: Y) -> tuple:
+        """`(term, y)` for each `ControlTerm` among the parts, with the state it is
+        evaluated at (for the checks of its shapes and its path)."""
+        del y
+        return ()
 
 
 def _times(control, v: jax.Array) -> jax.Array:
@@ -150,11 +178,26 @@ class MultiTerm(AbstractTerm, Generic[_Terms]):
         self.terms = cast(_Terms, terms)
 
     def vf(self, t, y, args):
-        parts = [term.vf(t, y, args) for term in self.terms]
+        parts = [term.as_ode().vf(t, y, args) for term in self.terms]
         return jax.tree.map(lambda *leaves: sum(leaves[1:], leaves[0]), *parts)
 
     def parts(self) -> tuple[AbstractTerm, ...]:
         return tuple(self.terms)
+
+    def as_ode(self) -> AbstractTerm:
+        return MultiTerm(*[term.as_ode() for term in self.terms])
+
+    @property
+    def steps_by_increments(self) -> bool:
+        return any(term.steps_by_increments for term in self.terms)
+
+    def for_step(self, t0, dt) -> AbstractTerm:
+        if not self.steps_by_increments:
+            return self
+        return MultiTerm(*[term.for_step(t0, dt) for term in self.terms])
+
+    def controlled(self, y: Y) -> tuple:
+        return tuple(pair for term in self.terms for pair in term.controlled(y))
 
 
 class _TimeReversed(AbstractTerm):
@@ -169,7 +212,13 @@ class _TimeReversed(AbstractTerm):
 
     def parts(self) -> tuple[AbstractTerm, ...]:
         """Each part of the wrapped term, in reversed time."""
-        return tuple(_TimeReversed(part, self.direction) for part in self.term.parts())
+        parts = self.term.parts()
+        if len(parts) == 1 and parts[0] is self.term:
+            return (self,)
+        return tuple(part.reversed_in_time(self.direction) for part in parts)
+
+    def as_ode(self) -> AbstractTerm:
+        return _TimeReversed(self.term.as_ode(), self.direction)
 
 
 class PartitionedTerm(AbstractTerm):
@@ -211,6 +260,22 @@ class PartitionedTerm(AbstractTerm):
             self.term_q.closure_converted(t0, p0, args),
             self.term_p.closure_converted(t0, q0, args),
         )
+
+    def as_ode(self) -> AbstractTerm:
+        return PartitionedTerm(self.term_q.as_ode(), self.term_p.as_ode())
+
+    @property
+    def steps_by_increments(self) -> bool:
+        return self.term_q.steps_by_increments or self.term_p.steps_by_increments
+
+    def for_step(self, t0, dt) -> AbstractTerm:
+        if not self.steps_by_increments:
+            return self
+        return PartitionedTerm(self.term_q.for_step(t0, dt), self.term_p.for_step(t0, dt))
+
+    def controlled(self, y: Y) -> tuple:
+        q, p = y
+        return self.term_q.controlled(p) + self.term_p.controlled(q)
 
 
 def as_term(terms) -> AbstractTerm:

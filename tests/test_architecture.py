@@ -27,6 +27,7 @@ PACKAGE = pathlib.Path(oc.__file__).parent
 LAYERS = (
     ("schedules", "_core", "_compiled"),
     ("_terms", "_saveat", "_progress", "_interpolation"),
+    ("_control",),
     ("_solvers",),
     ("_controllers",),
     ("_event",),

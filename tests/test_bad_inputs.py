@@ -1094,6 +1094,98 @@ EVENTS = [
     ),
 ]
 
+CONTROL_TS = jnp.linspace(0.0, 1.0, 5)
+CONTROL_PATH = oc.LinearInterpolation(CONTROL_TS, jnp.stack([CONTROL_TS, CONTROL_TS**2], -1))
+
+
+def _cde(field=lambda t, y, args: jnp.stack([y, -y], -1), path=CONTROL_PATH, **kwargs):
+    return _solve(f=oc.ControlTerm(field, path), **kwargs)
+
+
+CONTROLS = [
+    Case(
+        "`ControlTerm` control that is not a path",
+        "TypeError",
+        "`ControlTerm(vector_field, control)` needs a control path: an `odeckpt.AbstractPath`",
+        lambda: oc.ControlTerm(lambda t, y, args: y, 3.0),
+    ),
+    Case(
+        "`ControlTerm` vector field not callable",
+        "TypeError",
+        "`ControlTerm(vector_field, control)` needs a callable `vector_field(t, y, args)`; "
+        "got float.",
+        lambda: oc.ControlTerm(2.0, CONTROL_PATH),
+    ),
+    Case(
+        "`ControlTerm` field shaped against its control",
+        "ValueError",
+        "A `ControlTerm`'s vector field must return, for each leaf of `y`, an array shaped "
+        "`y.shape + control.shape`; got shape (2,) for `y` shaped (2,) and a control "
+        "increment shaped (2,) (expected (2, 2)).",
+        lambda: _cde(field=lambda t, y, args: -y),
+    ),
+    Case(
+        "`ControlTerm` field structured unlike `y`",
+        "ValueError",
+        "A `ControlTerm`'s vector field must return a PyTree with the structure of `y`",
+        lambda: _cde(field=lambda t, y, args: (jnp.stack([y, y], -1),)),
+    ),
+    Case(
+        "`ControlTerm` operator field that cannot take the control",
+        "ValueError",
+        "A `ControlTerm`'s vector field returned a lineax operator whose `mv` cannot take "
+        "the control's increment",
+        lambda: _cde(field=lambda t, y, args: lx.DiagonalLinearOperator(jnp.ones(3))),
+    ),
+    Case(
+        "`ControlTerm` path not covering [t0, t1]",
+        "ValueError",
+        "The control of a `ControlTerm` must be defined over the solve's whole interval [t0, t1]",
+        lambda: _cde(t1=2.0),
+    ),
+    Case(
+        "`ControlTerm` path not covering [t0, t1], traced",
+        "equinox.EquinoxRuntimeError",
+        "The control of a `ControlTerm` must be defined over the solve's whole interval [t0, t1]",
+        lambda: _jit(lambda t1: _cde(t1=t1).ys, jnp.asarray(2.0)),
+    ),
+    Case(
+        "`ControlTerm` on a smooth path by increments, continuous adjoint",
+        "ValueError",
+        "`BacksolveAdjoint` solves the backward ODE of `ControlTerm(f, control).to_ode()` "
+        "along the forward solution between steps",
+        lambda: _cde(
+            path=oc.CubicInterpolation(
+                CONTROL_TS, oc.backward_hermite_coefficients(CONTROL_TS, CONTROL_TS[:, None])
+            ),
+            field=lambda t, y, args: y[:, None],
+            adjoint=oc.BacksolveAdjoint(),
+        ),
+    ),
+    Case(
+        "`ControlTerm` with a solver carrying state between steps",
+        "ValueError",
+        "`LeapfrogMidpoint` carries state from one step to the next, which the steps of a "
+        "`ControlTerm` cannot share",
+        lambda: _cde(solver=oc.LeapfrogMidpoint()),
+    ),
+    Case(
+        "`with_stepsize_controller_tols` of another root finder",
+        "TypeError",
+        "`with_stepsize_controller_tols(cls)` takes `odeckpt.VeryChord`",
+        lambda: oc.with_stepsize_controller_tols(lx.LU),
+    ),
+    Case(
+        "`with_stepsize_controller_tols` without controller tolerances",
+        "ValueError",
+        "`with_stepsize_controller_tols(VeryChord)()` takes its tolerances from an adaptive "
+        "step-size controller; `ConstantStepSize` has none.",
+        lambda: _solve(
+            solver=oc.Kvaerno3(root_finder=oc.with_stepsize_controller_tols(oc.VeryChord)())
+        ),
+    ),
+]
+
 FAILED = [
     Case(
         "`max_steps` reached",
@@ -1148,7 +1240,9 @@ FAILED = [
     ),
 ]
 
-CASES = STATE + VECTOR_FIELD + TIMES + SAVEAT + OPTIONS + ADJOINTS + EVENTS + INTERPOLATION + FAILED
+CASES = (
+    STATE + VECTOR_FIELD + TIMES + SAVEAT + OPTIONS + ADJOINTS + EVENTS + INTERPOLATION + CONTROLS
+) + FAILED
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.description for c in CASES])

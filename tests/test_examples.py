@@ -64,6 +64,14 @@ EXAMPLES = [
         id="parameter_fit_newton",
         marks=pytest.mark.slow,
     ),
+    pytest.param(  # compiles a vmapped CDE solve and its gradient: ~40 s
+        "neural_cde",
+        ["--quick"],
+        ["neural_cde_paths.png", "neural_cde_loss.png"],
+        "held-out accuracy",
+        id="neural_cde",
+        marks=pytest.mark.slow,
+    ),
     pytest.param(  # compiles a stiff solve and its gradient with Krylov solves: ~40 s
         "brusselator_2d",
         ["--quick", "--grid", "16", "--iterations", "2"],

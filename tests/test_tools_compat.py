@@ -78,9 +78,15 @@ def test_rename_package_binds_private_imports_of_in_scope_files(tmp_path):
     "nodeid, source, needs, expected",
     [
         ("test/test_sde1.py::test_x", "", set(), "SDE solvers"),
-        ("test/test_integrate.py::test_x[sde-1]", "", set(), "SDE/CDE (test name or parameters)"),
+        ("test/test_integrate.py::test_x[sde-1]", "", set(), "SDE (test name or parameters)"),
         ("test/test_integrate.py::test_x", "diffrax._misc.f()", set(), "diffrax internals"),
-        ("test/test_integrate.py::test_x", "", {"ControlTerm", "Tsit5"}, "SDE/CDE (uses Cont"),
+        (
+            "test/test_integrate.py::test_x",
+            "",
+            {"ControlTerm", "VirtualBrownianTree"},
+            "SDE (uses Vir",
+        ),
+        ("test/test_term.py::test_control_term", "", {"ControlTerm", "AbstractPath"}, None),
         ("test/test_integrate.py::test_x[Tsit5]", "diffrax.Tsit5()", {"Tsit5"}, None),
     ],
 )

@@ -10,6 +10,7 @@ from .conditions import EventRequest as EventRequest
 from .events import event_end as event_end, event_mask as event_mask
 from .integrator import (
     Integrator as Integrator,
+    attempt_step as attempt_step,
     fresh_stage as fresh_stage,
     restart_after as restart_after,
 )

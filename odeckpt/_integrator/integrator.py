@@ -76,6 +76,17 @@ def fresh_stage(solver: AbstractSolver, problem: Problem, jumped, t, y, solver_s
     return jax.lax.cond(jumped, fresh, lambda t, y, k: k, t, y, solver_state)
 
 
+def attempt_step(solver: AbstractSolver, problem: Problem, t0, dt, y, solver_state, dense=True):
+    """`solver.attempt` of the step from `t0` to `t0 + dt`, on the term as that step
+    evaluates it (`AbstractTerm.for_step`). A term stepped by increments (a
+    `ControlTerm`) has a field of the step's own: its first stage is evaluated afresh
+    rather than carried from the step before."""
+    term = problem.term.for_step(t0, dt)
+    if term.steps_by_increments:
+        solver_state = solver.init_state(term, t0, y, problem.args)
+    return solver.attempt(term, t0, dt, y, solver_state, problem.args, dense=dense)
+
+
 def _landed(problem: Problem, state: State, accepted):
     """`(t, made_jump)` after a step from `state`: where the next starts if it was
     accepted (`restart_after`), else `state.t` (and the flag unchanged)."""
@@ -136,14 +147,8 @@ class Integrator(eqx.Module):
         t0, dt = state.t, state.t_next - state.t
         known = None if decisions is None else decisions.known
         solver = self.solver if known is None else known
-        out = solver.attempt(
-            problem.term,
-            t0,
-            dt,
-            state.y,
-            state.solver_state,
-            problem.args,
-            dense=self.evaluates_dense,
+        out = attempt_step(
+            solver, problem, t0, dt, state.y, state.solver_state, dense=self.evaluates_dense
         )
         if decisions is not None and _light_replay(problem, state):
             return self._replayed(problem, state, decisions, out)

@@ -40,6 +40,10 @@ class LinearInterpolation(AbstractPiecewise):
         self.ys = jax.tree.map(jnp.asarray, ys)
         leading_length(self.ys, self.ts.shape[0], "LinearInterpolation(ts, ys)", "ys")
 
+    @property
+    def piecewise_linear(self) -> bool:
+        return True
+
     @eqx.filter_jit
     def _value(self, t: jax.Array, left: bool) -> PyTree[jax.Array]:
         """The path at `t` (see `evaluate`)."""

@@ -48,6 +48,10 @@ class LocalLinearInterpolation(AbstractLocalInterpolation):
     y0: Y
     y1: Y
 
+    @property
+    def piecewise_linear(self) -> bool:
+        return True
+
     def evaluate(
         self, t0: RealScalarLike, t1: RealScalarLike | None = None, left: bool = True
     ) -> PyTree[jax.Array]:

@@ -49,6 +49,12 @@ class AbstractPath(eqx.Module):
             The value at `t0` (or the increment), a PyTree of arrays.
         """
 
+    @property
+    def piecewise_linear(self) -> bool:
+        """Whether the path is linear between its knots (a `ControlTerm` stepped by
+        increments is then exact on steps that stop at the knots)."""
+        return False
+
     def derivative(self, t: RealScalarLike, left: bool = True) -> PyTree[jax.Array]:
         """The derivative of the path at `t`.
 

@@ -51,6 +51,11 @@ from .reversible.reversible import Reversible as Reversible
 from .reversible.reversible_heun import ReversibleHeun as ReversibleHeun
 from .root_finder.newton_solver import AbstractNewtonSolver as AbstractNewtonSolver
 from .root_finder.verychord import AbstractRootFinder as AbstractRootFinder, VeryChord as VeryChord
+from .root_finder.with_tols import (
+    ControllerTolerances as ControllerTolerances,
+    filled_tolerances as filled_tolerances,
+    with_stepsize_controller_tols as with_stepsize_controller_tols,
+)
 from .runge_kutta.base import (
     AbstractDIRK as AbstractDIRK,
     AbstractERK as AbstractERK,

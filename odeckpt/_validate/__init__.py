@@ -13,6 +13,7 @@ from .autodiff import (
     check_hvp_tangent as check_hvp_tangent,
     check_reverse_mode as check_reverse_mode,
 )
+from .controls import check_controls as check_controls, control_spans as control_spans
 from .predicates import known_direction as known_direction
 from .structure import (
     check_event as check_event,
@@ -25,4 +26,8 @@ from .structure import (
     event_from_discrete as event_from_discrete,
     floating_state as floating_state,
 )
-from .values import check_state_values as check_state_values, check_values as check_values
+from .values import (
+    check_spans_now as check_spans_now,
+    check_state_values as check_state_values,
+    check_values as check_values,
+)

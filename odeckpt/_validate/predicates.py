@@ -47,6 +47,12 @@ def _outside(xp, t0, t1, ts):
     return (ts < lo) | (ts > hi)
 
 
+def _uncovered(xp, t0, t1, p0, p1):
+    """`[min(t0, t1), max(t0, t1)]` not within `[p0, p1]`."""
+    lo, hi = xp.where(t1 < t0, t1, t0), xp.where(t1 > t0, t1, t0)
+    return (lo < p0) | (hi > p1)
+
+
 def _backwards(xp, t0, t1, ts):
     """Per step between save times: against the direction of integration."""
     return xp.diff(ts) * _direction(xp, t0, t1) < 0

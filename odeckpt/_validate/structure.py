@@ -224,7 +224,7 @@ def _first(mask) -> int | None:
 
 def check_vector_field(term, t0, y0, args) -> None:
     """`f(t0, y0, args)` must return a PyTree like `y0`: same structure, shapes, dtypes."""
-    out = eqx.filter_eval_shape(term.vf, t0, y0, args)
+    out = eqx.filter_eval_shape(term.as_ode().vf, t0, y0, args)
     y_struct, out_struct = jax.tree.structure(y0), jax.tree.structure(out)
     if out_struct != y_struct:
         raise ValueError(

@@ -20,11 +20,12 @@ from .predicates import (
     _not_from_t0_to_t1,
     _not_positive,
     _outside,
+    _uncovered,
 )
 from .structure import _check_step_times, _tolerances
 
 
-def check_values(y0, args, t0, t1, dt0, ts, controller, throw: bool, *, event=False):
+def check_values(y0, args, t0, t1, dt0, ts, controller, throw: bool, *, event=False, spans=()):
     """`(y0, invalid)`: the value checks of every input.
 
     First the controller's own step times when concrete (with the values in the
@@ -34,11 +35,12 @@ def check_values(y0, args, t0, t1, dt0, ts, controller, throw: bool, *, event=Fa
     None; for a `y0` without leaves, e.g. `None`, `invalid` is the flag the error is
     threaded onto, which the solve's result reads); without, `invalid` is whether any
     check failed (None when nothing is checked at run time), for the solve to report
-    as `RESULTS.invalid_input`."""
+    as `RESULTS.invalid_input`. `spans`: the `(t0, t1)` of each control path
+    (`control_spans`), which must cover the solve's interval."""
     if controller.step_times is not None:
         _check_step_times(controller, t0, t1)
     pending = []
-    for check in _value_checks(y0, args, t0, t1, dt0, ts, controller, event):
+    for check in _value_checks(y0, args, t0, t1, dt0, ts, controller, event, spans):
         values = [concrete(x) for x in check.inputs]
         if all(v is not None for v in values):
             if check.bad(np, *values):
@@ -56,6 +58,16 @@ def check_values(y0, args, t0, t1, dt0, ts, controller, throw: bool, *, event=Fa
         flag = jnp.any(failed)
         return y0, eqx.branched_error_if(flag, flag, jnp.argmax(failed), messages)
     return eqx.branched_error_if(y0, jnp.any(failed), jnp.argmax(failed), messages), None
+
+
+def check_spans_now(spans, t0, t1) -> None:
+    """The check that each control path covers `[t0, t1]` (`control_spans`), where the
+    values are concrete: an eager call's, whose compiled program would check the
+    path's ends at run time only."""
+    for p0, p1 in spans:
+        values = [concrete(x) for x in (t0, t1, p0, p1)]
+        if all(v is not None for v in values) and _uncovered(np, *values):
+            raise ValueError(_SPAN_MESSAGE)
 
 
 def check_state_values(y0, args) -> None:
@@ -100,7 +112,7 @@ class _ValueCheck(eqx.Module):
     message: str
 
 
-def _value_checks(y0, args, t0, t1, dt0, ts, controller, event):
+def _value_checks(y0, args, t0, t1, dt0, ts, controller, event, spans):
     """Each value check, in the order their failures are reported."""
     yield from _state_checks(y0, args)
     yield _ValueCheck((t0,), _nonfinite, "`t0` must be finite.")
@@ -128,6 +140,16 @@ def _value_checks(y0, args, t0, t1, dt0, ts, controller, event):
     for tolerance, value in _tolerances(controller):
         message = f"`{name}({tolerance}=...)` must be positive."
         yield _ValueCheck((value,), _not_positive, message)
+    for p0, p1 in spans:
+        yield _ValueCheck((t0, t1, p0, p1), _uncovered, _SPAN_MESSAGE)
+
+
+_SPAN_MESSAGE = (
+    "The control of a `ControlTerm` must be defined over the solve's whole interval "
+    "[t0, t1]: its path's `t0` and `t1` (for an interpolation, its first and last knot) "
+    "must enclose it. Interpolate data whose times include t0 and t1, or solve over "
+    "the path's interval."
+)
 
 
 # The predicates, for NumPy (concrete values) and jax.numpy (traced ones) alike. The

@@ -54,7 +54,7 @@ def missing_lines(outcomes: dict, scope: dict, ctx: dict) -> list[str]:
     return [
         "## Missing diffrax names",
         "",
-        "Public diffrax names (outside SDE/CDE) that odeckpt does not provide, by the "
+        "Public diffrax names (outside SDEs) that odeckpt does not provide, by the "
         "number of failing in-scope tests that use them (in the test, its parameters, "
         "or at import of its file and `helpers.py`), and the number whose error names "
         "them.",

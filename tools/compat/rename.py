@@ -1,7 +1,7 @@
 """The generated rename-only `diffrax` package: odeckpt's names under diffrax's names.
 
 It re-exports every public odeckpt name, binds diffrax's names to odeckpt's where only
-the name differs (`scope.RENAMES`), and binds the SDE, Brownian-path and CDE names that
+the name differs (`scope.RENAMES`), and binds the SDE and Brownian-path names that
 are out of scope to one placeholder class (`scope.OUT_OF_SCOPE_NAMES`), so that an ODE
 test file that mentions them still imports. No other code.
 """
@@ -32,7 +32,7 @@ def rename_module_source(
         "from odeckpt import *  # noqa: F403",
     ]
     lines += [f"from odeckpt import {new} as {old}" for old, new in RENAMES.items()]
-    lines += ["", "", "class OutOfScope:", '    """SDE, Brownian-path and CDE names."""', ""]
+    lines += ["", "", "class OutOfScope:", '    """SDE and Brownian-path names."""', ""]
     lines += [f"{name} = OutOfScope" for name in OUT_OF_SCOPE_NAMES if name not in exported]
     if missing:
         lines += ["", "", "class Missing:", '    """diffrax names odeckpt lacks."""', ""]

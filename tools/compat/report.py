@@ -101,7 +101,7 @@ def setup_lines(ctx: dict) -> list[str]:
         "",
         "- `from odeckpt import *`: every public odeckpt name under its own name;",
         f"- renames: {renames};",
-        f"- {len(OUT_OF_SCOPE_NAMES)} SDE, Brownian-path and CDE names bound to one "
+        f"- {len(OUT_OF_SCOPE_NAMES)} SDE and Brownian-path names bound to one "
         "placeholder class `OutOfScope`, so that ODE test files mentioning them import: "
         + ", ".join(OUT_OF_SCOPE_NAMES)
         + ";",
@@ -129,8 +129,8 @@ def scope_lines(scope: dict) -> list[str]:
         "",
         "Out of scope (`scope_reason` in `tools/compat/scope.py`): whole files on SDEs, Brownian "
         "paths and diffrax internals; tests whose name or parameter ids mention "
-        "sde/brownian/levy/langevin/cde/control_term/milstein; tests whose source "
-        "mentions `diffrax._...` or a name imported from there; tests that use an SDE/CDE "
+        "sde/brownian/levy/langevin/milstein; tests whose source "
+        "mentions `diffrax._...` or a name imported from there; tests that use an SDE "
         "name (in their source or "
         "their parameters).",
         "",

@@ -10,16 +10,18 @@ from pathlib import Path
 # diffrax name -> odeckpt name, where the two differ only in name.
 RENAMES = {"RecursiveCheckpointAdjoint": "CheckpointAdjoint"}
 
-# diffrax's public names for SDEs, Brownian paths and controlled (CDE) terms: bound to a
-# placeholder class in the rename module (nothing is an instance of it).
+# diffrax's public names for SDEs and Brownian paths: bound to a placeholder class in the
+# rename module (nothing is an instance of it). `ControlTerm` and
+# `WeaklyDiagonalControlTerm` are odeckpt's: a controlled term on a deterministic path is
+# in scope, one driven by a Brownian path is out through the path's name.
 OUT_OF_SCOPE_NAMES = (
     "ALIGN AbstractBrownianIncrement AbstractBrownianPath AbstractFosterLangevinSRK "
     "AbstractItoSolver AbstractSRK AbstractSpaceTimeLevyArea AbstractSpaceTimeTimeLevyArea "
-    "AbstractStratonovichSolver BrownianIncrement ControlTerm EulerHeun GeneralShARK "
+    "AbstractStratonovichSolver BrownianIncrement EulerHeun GeneralShARK "
     "ItoMilstein QUICSORT SEA SPaRK SRA1 ShARK ShOULD SlowRK SpaceTimeLevyArea "
     "SpaceTimeTimeLevyArea StochasticButcherTableau StratonovichMilstein "
     "UnderdampedLangevinDiffusionTerm UnderdampedLangevinDriftTerm UnsafeBrownianPath "
-    "VirtualBrownianTree WeaklyDiagonalControlTerm"
+    "VirtualBrownianTree"
 ).split()
 
 # Whole files out of scope, and why.
@@ -31,8 +33,8 @@ OUT_OF_SCOPE_FILES = {
     "test_typing.py": "diffrax internals (`diffrax._typing`, `diffrax._custom_types`)",
     "test_misc.py": "diffrax internals (`diffrax._misc`)",
 }
-# A test whose name or parameter ids say it is about SDEs/CDEs.
-OUT_OF_SCOPE_ID = re.compile(r"sde|brownian|levy|langevin|\bcde|cde_|control_term|milstein", re.I)
+# A test whose name or parameter ids say it is about SDEs.
+OUT_OF_SCOPE_ID = re.compile(r"sde|brownian|levy|langevin|milstein", re.I)
 
 
 def scope_reason(nodeid: str, source: str, needs: set[str], internals: set[str]) -> str | None:
@@ -41,11 +43,11 @@ def scope_reason(nodeid: str, source: str, needs: set[str], internals: set[str])
     if file_name in OUT_OF_SCOPE_FILES:
         return OUT_OF_SCOPE_FILES[file_name]
     if OUT_OF_SCOPE_ID.search(nodeid.split("::", 1)[-1]):
-        return "SDE/CDE (test name or parameters)"
+        return "SDE (test name or parameters)"
     if re.search(r"\bdiffrax\._", source) or internals:
         return "diffrax internals (`diffrax._...` in the test)"
     if needs & set(OUT_OF_SCOPE_NAMES):
-        return "SDE/CDE (uses " + ", ".join(sorted(needs & set(OUT_OF_SCOPE_NAMES))) + ")"
+        return "SDE (uses " + ", ".join(sorted(needs & set(OUT_OF_SCOPE_NAMES))) + ")"
     return None
 
 

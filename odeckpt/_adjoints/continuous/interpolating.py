@@ -10,7 +10,7 @@ from jax import lax
 from odeckpt._adjoints.base import STORE_EVERY_STEP_BYTES, check_checkpoints
 from odeckpt._controllers import AbstractLoopController
 from odeckpt._core import RESULTS, batch_size, nbytes, set_row
-from odeckpt._integrator import Problem, fresh_stage, restart_after
+from odeckpt._integrator import Problem, attempt_step, fresh_stage, restart_after
 from odeckpt._solution import DenseInterpolation
 from odeckpt._solvers import AbstractExplicitSolver, DenseStep
 
@@ -111,7 +111,7 @@ def _re_solve(solver, problem: Problem, tape: Tape, every: int, q, n) -> DenseIn
         t0, t1 = tape.grid[first + r], tape.grid[first + r + 1]
         if problem.controller.jump_times is not None:  # the first step starts at t0 itself
             t0 = jnp.where(first + r > 0, restart_after(problem, t0)[0], t0)
-        out = solver.attempt(problem.term, t0, t1 - t0, y, k, problem.args)
+        out = attempt_step(solver, problem, t0, t1 - t0, y, k)
         ys, rows = set_row(ys, r, y), set_row(rows, r, out.coeffs)
         k = out.state
         if problem.controller.jump_times is not None:  # as the forward pass did

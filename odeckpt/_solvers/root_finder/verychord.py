@@ -19,6 +19,18 @@ class AbstractRootFinder(eqx.Module):
     kappa: eqx.AbstractVar[float]
     linear_solver: eqx.AbstractVar[lx.AbstractLinearSolver]
 
+    @property
+    def wants_controller_tolerances(self) -> bool:
+        """Whether `rtol` and `atol` are to be the step-size controller's
+        (`with_stepsize_controller_tols`), filled in by `diffeqsolve`."""
+        return False
+
+    def with_controller_tolerances(self, rtol: float, atol: float) -> "AbstractRootFinder":
+        """This root finder with the controller's tolerances where it wants them
+        (`wants_controller_tolerances`), else itself."""
+        del rtol, atol
+        return self
+
 
 @final
 class VeryChord(AbstractRootFinder):
