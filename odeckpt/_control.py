@@ -23,7 +23,7 @@ import lineax as lx
 import numpy as np
 
 from odeckpt._core import Args, RealScalarLike, Y, closure_convert
-from odeckpt._interpolation import AbstractPath
+from odeckpt._interpolation import AbstractPath, float_time
 from odeckpt._terms import AbstractTerm, ODETerm
 
 _VF = TypeVar("_VF")
@@ -83,7 +83,7 @@ class _CallableToPath(AbstractPath):
 
     def derivative(self, t, left=True):
         del left
-        t = _float_time(t)
+        t = float_time(t)
         return jax.jvp(lambda s: self.fn(t, s), (t,), (jnp.ones_like(t),))[1]
 
 
@@ -100,11 +100,6 @@ def as_path(control) -> AbstractPath:
         "coeffs)`, or a subclass of your own with `t0`, `t1` and `evaluate`) or a "
         f"function `(t0, t1) -> increment`; got {type(control).__name__}."
     )
-
-
-def _float_time(t) -> jax.Array:
-    t = jnp.asarray(t)
-    return t if jnp.issubdtype(t.dtype, jnp.floating) else t.astype(jnp.result_type(float))
 
 
 class ControlTerm(AbstractTerm[_VF, _Control]):
@@ -203,7 +198,7 @@ class ControlTerm(AbstractTerm[_VF, _Control]):
         """The term a solve steps (`_ControlIncrements`): the field, the control's
         increments and its derivative, each closure-converted so that gradients reach
         the field's parameters and the path's data."""
-        control, tau0 = self.control, _float_time(t0)
+        control, tau0 = self.control, float_time(t0)
         return _ControlIncrements(
             field=closure_convert(self.vf, t0, y0, args),
             increment=closure_convert(lambda a, b: control.evaluate(a, b), tau0, tau0),
@@ -285,9 +280,6 @@ class _ControlIncrements(AbstractTerm):
         safe = jnp.where(dt == 0, jnp.ones_like(dt), dt)
         rate = jax.tree.map(lambda v: v / safe.astype(v.dtype), dx)
         return dataclasses.replace(self, rate=rate)
-
-    def closure_converted(self, t0, y0: Y, args: Args) -> AbstractTerm:
-        return self
 
 
 def _like_state(out, y):

@@ -18,4 +18,4 @@ from .missing import (
     linear_interpolation as linear_interpolation,
     rectilinear_interpolation as rectilinear_interpolation,
 )
-from .path import AbstractPath as AbstractPath
+from .path import AbstractPath as AbstractPath, float_time as float_time

@@ -68,11 +68,16 @@ class AbstractPath(eqx.Module):
         Returns:
             The derivative at `t`, a PyTree shaped like `evaluate(t)`.
         """
-        t = jnp.asarray(t)
-        if not jnp.issubdtype(t.dtype, jnp.floating):
-            t = t.astype(jnp.result_type(float))
+        t = float_time(t)
         _, tangent = jax.jvp(lambda s: self.evaluate(s, left=left), (t,), (jnp.ones_like(t),))
         return tangent
+
+
+def float_time(t) -> jax.Array:
+    """`t` as an array of floating dtype (an integer time cast to the default float), to
+    differentiate with respect to it."""
+    t = jnp.asarray(t)
+    return t if jnp.issubdtype(t.dtype, jnp.floating) else t.astype(jnp.result_type(float))
 
 
 def increment(path: AbstractPath, t0, t1, left: bool) -> PyTree[jax.Array]:

@@ -33,9 +33,10 @@ def check_controls(term: AbstractTerm, solver, controller, adjoint, t0, y0, args
             "dX/dt, or a one-step solver such as `Tsit5()`."
         )
     for control_term, y in found:
-        _check_shapes(control_term, t0, y, args)
+        control = eqx.filter_eval_shape(control_term.contr, t0, t0)  # the increment's shape
+        _check_shapes(control_term, control, t0, y, args)
         _check_continuous_adjoint(control_term, controller, adjoint)
-        _warn_if_blind(control_term, controller, t0)
+        _warn_if_blind(control_term, control, controller)
 
 
 def _check_continuous_adjoint(term: ControlTerm, controller, adjoint) -> None:
@@ -57,7 +58,7 @@ def _check_continuous_adjoint(term: ControlTerm, controller, adjoint) -> None:
     )
 
 
-def _warn_if_blind(term: ControlTerm, controller, t0) -> None:
+def _warn_if_blind(term: ControlTerm, control, controller) -> None:
     """A step by increments treats the control as linear between the step's ends. For a
     control of one channel that costs nothing (the solve is the ODE in `X`), nor for a
     piecewise-linear path whose knots the steps stop at; otherwise the error it makes
@@ -65,7 +66,7 @@ def _warn_if_blind(term: ControlTerm, controller, t0) -> None:
     estimate does not see it, so adaptive steps do not meet their tolerance."""
     if not controller.adaptive:
         return
-    channels = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(_increment_shape(term, t0)))
+    channels = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(control))
     linear = term.control.piecewise_linear
     stops = controller.jump_times is not None
     if channels <= 1 or (linear and stops):
@@ -95,10 +96,6 @@ def _callers_level() -> int:
     return level
 
 
-def _increment_shape(term: ControlTerm, t0):
-    return eqx.filter_eval_shape(term.contr, t0, t0)
-
-
 def control_spans(terms, y0) -> tuple:
     """`(path.t0, path.t1)` of each `ControlTerm`'s control in `terms` (as `diffeqsolve`
     takes them), for the value check that they cover the solve's interval
@@ -111,10 +108,10 @@ def control_spans(terms, y0) -> tuple:
     return tuple((term.control.t0, term.control.t1) for term, _ in found)
 
 
-def _check_shapes(term: ControlTerm, t0, y, args) -> None:
-    """`vf(t0, y, args)` applied to the increment `contr(t0, t0)` must give a PyTree like
-    `y`: leaf by leaf `y.shape + x.shape` for arrays, or an operator taking `x`."""
-    control = _increment_shape(term, t0)
+def _check_shapes(term: ControlTerm, control, t0, y, args) -> None:
+    """`vf(t0, y, args)` applied to the increment `control` (its shape) must give a
+    PyTree like `y`: leaf by leaf `y.shape + x.shape` for arrays, or an operator taking
+    `x`."""
     vf = eqx.filter_eval_shape(term.vf, t0, y, args)
     if isinstance(vf, lx.AbstractLinearOperator):
         _check_operator(term, t0, y, args, control)

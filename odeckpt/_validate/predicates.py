@@ -41,15 +41,20 @@ def _bad_dt0(xp, t0, t1, dt0):
     return _dt0_against_direction(xp, t0, t1, dt0) | ~xp.isfinite(dt0)
 
 
+def _interval(xp, t0, t1):
+    """`(min(t0, t1), max(t0, t1))`."""
+    return xp.where(t1 < t0, t1, t0), xp.where(t1 > t0, t1, t0)
+
+
 def _outside(xp, t0, t1, ts):
     """Per time: outside `[min(t0, t1), max(t0, t1)]`."""
-    lo, hi = xp.where(t1 < t0, t1, t0), xp.where(t1 > t0, t1, t0)
+    lo, hi = _interval(xp, t0, t1)
     return (ts < lo) | (ts > hi)
 
 
 def _uncovered(xp, t0, t1, p0, p1):
     """`[min(t0, t1), max(t0, t1)]` not within `[p0, p1]`."""
-    lo, hi = xp.where(t1 < t0, t1, t0), xp.where(t1 > t0, t1, t0)
+    lo, hi = _interval(xp, t0, t1)
     return (lo < p0) | (hi > p1)
 
 

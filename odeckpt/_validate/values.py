@@ -64,10 +64,7 @@ def check_spans_now(spans, t0, t1) -> None:
     """The check that each control path covers `[t0, t1]` (`control_spans`), where the
     values are concrete: an eager call's, whose compiled program would check the
     path's ends at run time only."""
-    for p0, p1 in spans:
-        values = [concrete(x) for x in (t0, t1, p0, p1)]
-        if all(v is not None for v in values) and _uncovered(np, *values):
-            raise ValueError(_SPAN_MESSAGE)
+    _raise_if_concretely_bad(_span_checks(t0, t1, spans))
 
 
 def check_state_values(y0, args) -> None:
@@ -77,7 +74,13 @@ def check_state_values(y0, args) -> None:
     leaves = jax.tree.leaves((y0, args))
     if all(isinstance(x, jax.core.Tracer) or _finite(x) for x in leaves):
         return
-    for check in _state_checks(y0, args):
+    _raise_if_concretely_bad(_state_checks(y0, args))
+
+
+def _raise_if_concretely_bad(checks) -> None:
+    """`ValueError` with the message of the first check whose inputs are all concrete
+    and fail it; checks with traced inputs are left to the compiled program."""
+    for check in checks:
         values = [concrete(x) for x in check.inputs]
         if all(v is not None for v in values) and check.bad(np, *values):
             raise ValueError(check.message)
@@ -140,6 +143,11 @@ def _value_checks(y0, args, t0, t1, dt0, ts, controller, event, spans):
     for tolerance, value in _tolerances(controller):
         message = f"`{name}({tolerance}=...)` must be positive."
         yield _ValueCheck((value,), _not_positive, message)
+    yield from _span_checks(t0, t1, spans)
+
+
+def _span_checks(t0, t1, spans):
+    """That each control path's `(p0, p1)` in `spans` covers `[t0, t1]`."""
     for p0, p1 in spans:
         yield _ValueCheck((t0, t1, p0, p1), _uncovered, _SPAN_MESSAGE)
 

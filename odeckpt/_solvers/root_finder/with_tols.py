@@ -9,7 +9,6 @@ import jax
 import lineax as lx
 
 from odeckpt._solvers.linear.choice import DEFAULT_LINEAR_SOLVER
-from odeckpt._solvers.linear.dense import rms
 
 from .verychord import AbstractRootFinder, VeryChord
 
@@ -68,7 +67,6 @@ class ControllerTolerances(AbstractRootFinder):
     linear_solver: lx.AbstractLinearSolver = DEFAULT_LINEAR_SOLVER
     rtol: float = math.inf
     atol: float = math.inf
-    norm: Callable = rms
 
     @property
     def wants_controller_tolerances(self) -> bool:
