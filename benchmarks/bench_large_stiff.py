@@ -139,7 +139,11 @@ def _runs_at(m):
 
 
 def odeckpt_forward(name, checkpoints=None):
-    terms, solver = odeckpt_solver(name)
+    return forward_of(*odeckpt_solver(name), checkpoints)
+
+
+def forward_of(terms, solver, checkpoints=None):
+    """`(y0, alpha) -> (u(T1), steps)`: the timed solve, for any terms and solver."""
 
     def solve(y0, alpha):
         sol = oc.diffeqsolve(
@@ -446,22 +450,7 @@ def _banded_rows(m):
     for method, form in runs:
         cls = {"Rodas5P": oc.Rodas5P, "Kvaerno5": oc.Kvaerno5}[method]
         solver = cls(jac_sparsity=banded_pattern(m)) if form == "banded" else cls()
-
-        def solve(y0, alpha, solver=solver):
-            sol = oc.diffeqsolve(
-                oc.ODETerm(banded_field),
-                solver,
-                0.0,
-                T1,
-                1e-4,
-                y0,
-                alpha,
-                stepsize_controller=oc.PIDController(rtol=RTOL, atol=ATOL),
-                saveat=oc.SaveAt(t1=True),
-                max_steps=20_000,
-            )
-            return sol.ys[-1], sol.stats["num_accepted_steps"] + sol.stats["num_rejected_steps"]
-
+        solve = forward_of(oc.ODETerm(banded_field), solver)
         seconds, (_, steps) = _timed(jax.jit(solve), y0, alpha)
         label = f"odeckpt {method} ({'jac_sparsity, band LU' if form == 'banded' else 'dense LU'})"
         rows.append([str(m), str(n), label, f"{int(steps)} steps", seconds])
