@@ -36,8 +36,7 @@ def hvp(f: Callable[..., Any], x: PyTree, v: PyTree, *args: Any) -> PyTree:
         `H v`, shaped like `x`.
 
     Raises:
-        ValueError: if `v` is not shaped like `x`; and, through a solve, if its adjoint
-            has no reverse mode (`ForwardMode()`: use `jax.jacfwd(jax.jacfwd(f))`).
+        ValueError: if `v` is not shaped like `x`.
     """
     v = check_hvp_tangent(x, v)
     return jax.jvp(lambda x: jax.grad(f)(x, *args), (x,), (v,))[1]

@@ -41,7 +41,6 @@ from ._validate import (
     check_controls,
     check_event,
     check_inputs,
-    check_reverse_mode,
     check_save_fns,
     check_spans_now,
     check_state_values,
@@ -234,7 +233,7 @@ def _solve(
     problem, state0 = check_autodiff(adjoint, problem, state0)
     traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((problem, state0)))
     loop = adjoint.loop if traced else ft.partial(_compiled_loop, adjoint)
-    out = check_reverse_mode(adjoint, loop(integrator, problem, state0, max_steps))
+    out = loop(integrator, problem, state0, max_steps)
     if integrator.report is not None:
         integrator.report(tau0, tau1, out.state.t, out.num_steps, final=True)
     solution = build_solution(

@@ -911,11 +911,29 @@ ADJOINTS = [
         lambda: oc.hvp(lambda y0: _solve(y0=y0).ys.sum(), Y0, jnp.ones(3)),
     ),
     Case(
-        "`jax.grad` with `ForwardMode()`",
+        "`jax.grad` with `ForwardMode()` over more scalars than `max_tangents`",
         "ValueError",
-        "Reverse mode (`jax.grad`, `jax.vjp`, `jax.jacrev`, `jax.hessian`) of `diffeqsolve` "
-        "with `adjoint=ForwardMode()`: this adjoint differentiates in forward mode only",
-        lambda: _grad(lambda y0: _solve(y0=y0, adjoint=oc.ForwardMode()).ys.sum(), Y0),
+        "`jax.grad`/`jax.vjp` of `diffeqsolve` with `adjoint=ForwardMode()` carries one "
+        "tangent per differentiated scalar through the solve (forward sensitivities), and "
+        "this one differentiates 2 scalars, more than `ForwardMode(max_tangents=1)`.",
+        lambda: _grad(
+            lambda y0: _solve(y0=y0, adjoint=oc.ForwardMode(max_tangents=1)).ys.sum(), Y0
+        ),
+    ),
+    Case(
+        "`ForwardMode(max_tangents)` not a positive integer or None",
+        "ValueError",
+        "`ForwardMode(max_tangents=...)` must be a positive integer or None; got 0.",
+        lambda: oc.ForwardMode(max_tangents=0),
+    ),
+    Case(
+        "`jax.grad` of `jax.grad` with `ForwardMode()` (reverse over reverse)",
+        "ValueError",
+        "Reverse mode over another derivative through `diffeqsolve` with `adjoint=ForwardMode()`",
+        lambda: _grad(
+            lambda y0: _grad(lambda y0: _solve(y0=y0, adjoint=oc.ForwardMode()).ys.sum(), y0).sum(),
+            Y0,
+        ),
     ),
     Case(
         "`jax.jvp` with `CheckpointAdjoint()`",

@@ -304,30 +304,47 @@ REVERSE_MODES = {
 }
 
 
+_REVERSE_OVER_REVERSE = ("grad_grad", "grad_grad_jit")
+
+
 @pytest.mark.parametrize(
     "mode",
     [
-        m if m in ("grad", "grad_jit") else pytest.param(m, marks=pytest.mark.slow)
+        m
+        if m in ("grad", "grad_jit", "hessian", "grad_grad_jit")
+        else pytest.param(m, marks=pytest.mark.slow)
         for m in REVERSE_MODES
     ],
 )
-def test_forward_mode_refuses_reverse_mode(mode):
-    """Where JAX transposes the solve's outputs, naming `CheckpointAdjoint()`."""
+def test_forward_mode_in_reverse_mode(mode):
+    """Reverse mode through `ForwardMode()` (forward sensitivities), and forward over
+    it, give `CheckpointAdjoint()`'s derivatives; reverse over it is refused naming
+    what works."""
     loss = _loss(oc.Tsit5(), oc.ForwardMode(), SAVEATS["ts"]())
-    with pytest.raises(ValueError, match=r"Use `adjoint=CheckpointAdjoint\(\)` for reverse mode"):
-        REVERSE_MODES[mode](loss, jnp.asarray(X))
+    x = jnp.asarray(X)
+    if mode in _REVERSE_OVER_REVERSE:
+        with pytest.raises(ValueError, match=r"Put forward mode outside: `jax.hessian\(f\)`"):
+            REVERSE_MODES[mode](loss, x)
+        return
+    reference = REVERSE_MODES[mode](_loss(oc.Tsit5(), oc.CheckpointAdjoint(), SAVEATS["ts"]()), x)
+    for got, want in zip(
+        jax.tree.leaves(REVERSE_MODES[mode](loss, x)), jax.tree.leaves(reference), strict=True
+    ):
+        _assert_close(got, want)
 
 
 @pytest.mark.slow
 def test_forward_mode_takes_linearize_and_jacfwd_of_jit():
-    """The refusal of reverse mode is in the transpose only: `jax.linearize` (which
-    never transposes) and `jax.jacfwd` of a compiled solve go through `ForwardMode()`."""
+    """`jax.linearize` and `jax.jacfwd` of a compiled solve go through `ForwardMode()`,
+    as does `jax.linear_transpose` of the linearised solve (a VJP)."""
     loss = _loss(oc.Tsit5(), oc.ForwardMode(), SAVEATS["ts"]())
     x, v = jnp.asarray(X), jnp.arange(6.0)
     reference = jax.grad(_closed_form(TS))(x)
     _, tangent = jax.linearize(jax.jit(loss), x)
     np.testing.assert_allclose(tangent(v), reference @ v, rtol=REL)
     np.testing.assert_allclose(jax.jacfwd(jax.jit(loss))(x), reference, rtol=REL)
+    (cotangent,) = jax.linear_transpose(tangent, x)(1.0)
+    np.testing.assert_allclose(cotangent, reference, rtol=REL)
 
 
 # ----------------------------------------------------------------------------------
@@ -357,6 +374,15 @@ def _interleaved(modes) -> list[tuple[str, str, str, str]]:
 @pytest.mark.parametrize("mode, adjoint, solver, saveat", _interleaved(list(MODES)))
 def test_second_derivatives_matrix(mode, adjoint, solver, saveat):
     _check_hessian(mode, adjoint, solver, saveat)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("saveat", list(SAVEATS))
+@pytest.mark.parametrize("solver", list(SOLVERS))
+@pytest.mark.parametrize("mode", list(MODES))
+def test_forward_mode_second_derivatives_matrix(mode, solver, saveat):
+    """Forward over `ForwardMode()`'s reverse mode (forward sensitivities)."""
+    _check_hessian(mode, "forward", solver, saveat)
 
 
 @pytest.mark.slow

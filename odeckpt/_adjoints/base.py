@@ -33,13 +33,6 @@ class AbstractAdjoint(eqx.Module):
         return False
 
     @property
-    def reverse_mode(self) -> bool:
-        """Whether JAX can take reverse mode (`jax.grad`, `jax.vjp`) through the solve;
-        false for `ForwardMode`, whose `lax.while_loop` JAX cannot transpose
-        (`diffeqsolve` then refuses reverse mode naming what works)."""
-        return True
-
-    @property
     def supports_events(self) -> bool:
         """Whether its gradients carry an `Event`'s time dependence (`diffeqsolve`
         refuses an event with an adjoint that says no)."""

@@ -1,8 +1,8 @@
 """The bottom layer: types, result codes, and PyTree/array utilities that every other
 subpackage uses. Imports nothing from the rest of odeckpt.
 
-Its modules (`custom_types`, `results`, `closure`, `concrete`, `batching`, `pack`,
-`promotion`, `tree`) are described in `docs/architecture.md`, layer 1.
+Its modules (`custom_types`, `results`, `closure`, `columns`, `concrete`, `batching`, `pack`,
+`promotion`, `tracing`, `tree`) are described in `docs/architecture.md`, layer 1.
 """
 
 from .batching import (
@@ -13,6 +13,11 @@ from .batching import (
     min_in_batch as min_in_batch,
 )
 from .closure import ClosureConverted as ClosureConverted, closure_convert as closure_convert
+from .columns import (
+    by_columns as by_columns,
+    direction_count as direction_count,
+    forward_transposed as forward_transposed,
+)
 from .concrete import concrete as concrete
 from .custom_types import Args as Args, RealScalarLike as RealScalarLike, Y as Y
 from .pack import Packed as Packed, pack as pack, unpack as unpack
@@ -30,6 +35,11 @@ from .results import (
     is_okay as is_okay,
     is_successful as is_successful,
     raise_if_failed as raise_if_failed,
+)
+from .tracing import (
+    evaluated as evaluated,
+    linearised as linearised,
+    refuse_linearising as refuse_linearising,
 )
 from .tree import (
     all_finite as all_finite,

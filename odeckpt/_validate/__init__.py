@@ -11,7 +11,6 @@ Modules: `docs/architecture.md`, layer 9; when each kind of problem raises:
 from .autodiff import (
     check_autodiff as check_autodiff,
     check_hvp_tangent as check_hvp_tangent,
-    check_reverse_mode as check_reverse_mode,
 )
 from .controls import check_controls as check_controls, control_spans as control_spans
 from .predicates import known_direction as known_direction

@@ -2,8 +2,8 @@
 
 Forward mode through a custom-VJP adjoint and reverse over reverse are refused with a
 message naming what works, at trace time or where the tangent meets the guards of
-`tangent_guards`; reverse mode through `ForwardMode()` where JAX transposes the
-outputs. See `docs/adjoints.md`, "Autodiff modes", for the table, the reasons and
+`tangent_guards` (reverse mode through `ForwardMode()` is its own: forward
+sensitivities). See `docs/adjoints.md`, "Autodiff modes", for the table, the reasons and
 where each refusal is raised.
 """
 
@@ -12,7 +12,7 @@ import functools as ft
 import jax
 import jax.numpy as jnp
 
-from .tangent_guards import refuse_forward, refuse_reverse
+from .tangent_guards import refuse_forward
 
 _FORWARD_THROUGH_VJP = (
     "`jax.jvp`/`jax.jacfwd`/`jax.linearize` of `diffeqsolve` with `adjoint={name}`: this adjoint "
@@ -29,14 +29,6 @@ _REVERSE_OVER_REVERSE = (
     "second derivatives forward-over-reverse, with the same adjoint and memory: "
     "`jax.jvp(jax.grad(f), (x,), (v,))` (a Hessian-vector product), `jax.hessian(f)` "
     "or `jax.jacfwd(jax.grad(f))`."
-)
-_REVERSE_THROUGH_FORWARD = (
-    "Reverse mode (`jax.grad`, `jax.vjp`, `jax.jacrev`, `jax.hessian`) of `diffeqsolve` "
-    "with `adjoint={name}`: this adjoint differentiates in forward mode only (its loop "
-    "is a `lax.while_loop`, which JAX cannot transpose). Use `adjoint=CheckpointAdjoint()` "
-    "for reverse mode, and forward over reverse with it for second derivatives "
-    "(`jax.hessian(f)`, `jax.jvp(jax.grad(f), (x,), (v,))`); with `{name}` take forward "
-    "mode only: `jax.jvp`, `jax.jacfwd`, and `jax.jacfwd(jax.jacfwd(f))` for a Hessian."
 )
 
 
@@ -62,7 +54,7 @@ def check_autodiff(adjoint, problem, state0):
     later (`docs/adjoints.md`, "Autodiff modes"), forward mode and a second reverse pass."""
     forward, reverse = _tracer_types()
     name = f"{type(adjoint).__name__}()"
-    if adjoint.forward_mode:  # reverse mode: `check_reverse_mode` on the loop's output
+    if adjoint.forward_mode:  # both modes: `ForwardMode` refuses what it cannot take
         return problem, state0
     leaves = jax.tree.leaves((problem, state0))
     if forward is not reverse and any(isinstance(x, forward) for x in leaves):
@@ -71,17 +63,6 @@ def check_autodiff(adjoint, problem, state0):
     forward_message = _FORWARD_THROUGH_VJP.format(name=name)
     return refuse_forward(
         (problem, state0), forward_message, _REVERSE_OVER_REVERSE.format(name=name)
-    )
-
-
-def check_reverse_mode(adjoint, output):
-    """`output` (the loop's), unchanged; for an adjoint without reverse mode
-    (`reverse_mode` false: `ForwardMode()`) its floating leaves pass through an identity
-    whose tangent refuses to be transposed, with a message naming what works."""
-    if adjoint.reverse_mode:
-        return output
-    return refuse_reverse(
-        output, _REVERSE_THROUGH_FORWARD.format(name=f"{type(adjoint).__name__}()")
     )
 
 

@@ -1,10 +1,9 @@
 """Identities on a solve's values whose tangents refuse one use, with a message.
 
-`refuse_forward` (`_forward_guard`, and `_linearise_guard` for reverse over reverse)
-and `refuse_reverse` (`_reverse_guard`) are primitives with their own JVP, `jax.vmap`
-and compilation rules that raise just before JAX would fail with a message naming
-neither cause nor fix. See `docs/adjoints.md`, "Autodiff modes" (where the refusals
-are raised).
+`refuse_forward` (`_forward_guard`, and `_core.refuse_linearising` for reverse over
+reverse) uses primitives with their own JVP, `jax.vmap` and compilation rules that
+raise just before JAX would fail with a message naming neither cause nor fix. See
+`docs/adjoints.md`, "Autodiff modes" (where the refusals are raised).
 """
 
 import equinox as eqx
@@ -13,7 +12,8 @@ import jax.numpy as jnp
 from jax.custom_derivatives import SymbolicZero
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
-from jax.interpreters.partial_eval import JaxprTracer
+
+from odeckpt._core import refuse_linearising
 
 _forward_guard = Primitive("odeckpt_forward_guard")
 
@@ -50,45 +50,6 @@ ad.primitive_jvps[_forward_guard] = _forward_jvp
 ad.primitive_transposes[_forward_guard] = lambda ct, marker, tangent, **_: [None, ct]
 
 
-def _identity_guard(name: str, transpose, refuses_tangent=lambda tangent: False) -> Primitive:
-    """An identity primitive carrying a `message`: compiled to nothing, batched as
-    itself, its JVP itself again (raising the message first where `refuses_tangent`
-    holds of the tangent), its transpose `transpose(ct, message)`."""
-    guard = Primitive(name)
-
-    def jvp(primals, tangents, *, message: str):
-        (x,), (x_dot,) = primals, tangents
-        if refuses_tangent(x_dot):
-            raise ValueError(message)
-        out = guard.bind(x, message=message)
-        if type(x_dot) is ad.Zero:
-            return out, x_dot
-        return out, guard.bind(x_dot, message=message)
-
-    guard.def_impl(lambda x, **_: x)
-    guard.def_abstract_eval(lambda x, **_: x)
-    mlir.register_lowering(guard, lambda ctx, x, **_: [x])
-    batching.primitive_batchers[guard] = lambda args, dims, *, message: (
-        guard.bind(args[0], message=message),
-        dims[0],
-    )
-    ad.primitive_jvps[guard] = jvp
-    ad.primitive_transposes[guard] = lambda ct, x, *, message: transpose(ct, message)
-    return guard
-
-
-# Transposing it raises: reverse mode through `ForwardMode()`.
-_reverse_guard = _identity_guard(
-    "odeckpt_reverse_guard", lambda ct, message: _raise(message=message)
-)
-# Linearising it (a partial-evaluation tracer as its tangent) raises: a second reverse pass.
-_linearise_guard = _identity_guard(
-    "odeckpt_linearise_guard",
-    lambda ct, message: [ct],
-    refuses_tangent=lambda tangent: isinstance(tangent, JaxprTracer),
-)
-
-
 def _through(bind, primals, tangents):
     """`bind(primal, tangent)` on each leaf whose tangent is not a symbolic zero."""
     return jax.tree.map(
@@ -112,25 +73,9 @@ def refuse_forward(tree, message: str, twice: str):
     guard = jax.custom_jvp(lambda dynamic: dynamic)
 
     def rule(primals, tangents):
-        values = jax.tree.map(lambda x: _linearise_guard.bind(x, message=twice), primals[0])
+        values = refuse_linearising(primals[0], twice)
         return values, _through(forward, primals[0], tangents[0])
 
     _ = guard.defjvp(rule, symbolic_zeros=True)
-    dynamic, static = eqx.partition(tree, eqx.is_inexact_array)
-    return eqx.combine(guard(dynamic), static)
-
-
-def refuse_reverse(tree, message: str):
-    """`tree`, whose floating leaves' tangents raise `ValueError(message)` when
-    transposed (reverse mode) and are the identity in forward mode."""
-
-    def reverse(_, t):
-        return _reverse_guard.bind(t, message=message)
-
-    guard = jax.custom_jvp(lambda dynamic: dynamic)
-    _ = guard.defjvp(
-        lambda primals, tangents: (primals[0], _through(reverse, primals[0], tangents[0])),
-        symbolic_zeros=True,
-    )
     dynamic, static = eqx.partition(tree, eqx.is_inexact_array)
     return eqx.combine(guard(dynamic), static)

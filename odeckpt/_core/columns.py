@@ -1,0 +1,145 @@
+"""A linear map transposed through its columns: `by_columns` evaluates a map linear in
+its second argument on every unit direction at once (one batched forward-mode pass),
+and `forward_transposed` is a primitive whose transpose does that, so reverse mode
+goes through a map JAX can only evaluate forward (a `lax.while_loop`'s tangent)."""
+
+import jax
+import jax.core
+import jax.numpy as jnp
+import numpy as np
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
+
+
+def _is_complex(x) -> bool:
+    return jnp.issubdtype(jnp.result_type(x), jnp.complexfloating)
+
+
+def direction_count(leaves) -> int:
+    """The real directions of `leaves`: one per element, two per complex element."""
+    return sum(int(np.prod(jnp.shape(x))) * (2 if _is_complex(x) else 1) for x in leaves)
+
+
+def _basis(leaves):
+    """Every unit direction of `leaves`, stacked on a leading axis (per leaf: its
+    elements' unit vectors, then `1j` times them for a complex leaf)."""
+    total, blocks, offset = direction_count(leaves), [], 0
+    for x in leaves:
+        n = int(np.prod(jnp.shape(x)))
+        eye = jnp.eye(total, n, -offset, dtype=jnp.result_type(x))
+        if _is_complex(x):
+            eye = eye + 1j * jnp.eye(total, n, -(offset + n), dtype=eye.dtype)
+        blocks.append(eye.reshape((total, *jnp.shape(x))))
+        offset += n * (2 if _is_complex(x) else 1)
+    return blocks
+
+
+def _coordinates(leaves):
+    """The real coordinates of `leaves` in the order of `_basis`."""
+    parts = []
+    for t in leaves:
+        flat = jnp.ravel(t)
+        parts += [jnp.real(flat), jnp.imag(flat)] if _is_complex(t) else [flat]
+    return parts
+
+
+def by_columns(fn, ts):
+    """`(apply, aux)` for `fn` (of a list of arrays shaped like `ts`, returning its
+    outputs, linear in them, and `aux`, which must not depend on them): `fn` evaluated on
+    every direction of `ts` at once (one batched call), and `apply(t)`, the outputs at
+    `t` as a contraction of those columns (linear in `t`, so JAX transposes it)."""
+    columns, aux = jax.vmap(fn, out_axes=(0, None))(*_basis(ts))
+
+    def apply(t):
+        coordinates = _coordinates(t)
+        x = jnp.concatenate(coordinates) if coordinates else jnp.zeros((0,))
+
+        def contract(column):
+            if column.dtype == jax.dtypes.float0:
+                return np.zeros(column.shape[1:], jax.dtypes.float0)
+            dtype = jnp.result_type(x.dtype, column.dtype)
+            return jnp.tensordot(x.astype(dtype), column.astype(dtype), axes=1).astype(column.dtype)
+
+        return jax.tree.map(contract, columns)
+
+    return apply, aux
+
+
+class _Map:
+    """A flat linear map and its transpose, as primitive parameters (compared by
+    identity): `call(*xs, *ts) -> outs` and `transpose(*xs, *cts) -> t cotangents`."""
+
+    def __init__(self, call, transpose, n_x: int, n_out: int):
+        self.call, self.transpose, self.n_x, self.n_out = call, transpose, n_x, n_out
+
+
+_p = Primitive("odeckpt_forward_transposed")
+_p.multiple_results = True
+
+
+def _impl(*args, f: _Map):
+    return jax.jit(f.call)(*args)
+
+
+def _abstract(*avals, f: _Map):
+    shapes = jax.eval_shape(f.call, *(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals))
+    return [jax.core.ShapedArray(s.shape, s.dtype) for s in shapes]
+
+
+def _jvp(primals, tangents, *, f: _Map):
+    tangents = [ad.instantiate_zeros(t) for t in tangents]
+    return _p.bind(*primals, f=f), jax.jvp(f.call, tuple(primals), tuple(tangents))[1]
+
+
+def _transpose(cts, *args, f: _Map):
+    xs = args[: f.n_x]
+    cts = [ad.instantiate_zeros(ct) for ct in cts]
+    return [None] * f.n_x + list(f.transpose(*xs, *cts))
+
+
+def _batch(args, dims, *, f: _Map):
+    xs, ts = args[: f.n_x], args[f.n_x :]
+    size = next(x.shape[d] for x, d in zip(args, dims, strict=True) if d is not None)
+    x_dims = dims[: f.n_x]
+    ts = [
+        jnp.broadcast_to(t, (size, *t.shape)) if d is None else jnp.moveaxis(t, d, 0)
+        for t, d in zip(ts, dims[f.n_x :], strict=True)
+    ]
+    in_axes = (*x_dims, *(0,) * len(ts))
+    call = jax.vmap(f.call, in_axes=in_axes)
+    transpose = jax.vmap(f.transpose, in_axes=(*x_dims, *(0,) * f.n_out))
+    outs = _p.bind(*xs, *ts, f=_Map(call, transpose, f.n_x, f.n_out))
+    return outs, [0] * len(outs)
+
+
+_p.def_impl(_impl)
+_p.def_abstract_eval(_abstract)
+mlir.register_lowering(
+    _p, lambda ctx, *args, f: mlir.lower_fun(f.call, multiple_results=True)(ctx, *args)
+)
+ad.primitive_jvps[_p] = _jvp
+ad.primitive_transposes[_p] = _transpose
+batching.primitive_batchers[_p] = _batch
+
+
+def forward_transposed(fn, xs: list, ts: list):
+    """`fn(xs, ts)` (lists of arrays in, a PyTree of arrays out), linear in `ts`;
+    reverse mode transposes it by evaluating it on every direction of `ts`
+    (`by_columns`), so `fn` needs forward mode only. Evaluated, it costs one call of
+    `fn`."""
+    n_x = len(xs)
+    x_specs = [jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x)) for x in xs]
+    specs = [jax.ShapeDtypeStruct(jnp.shape(t), jnp.result_type(t)) for t in ts]
+    out_def = jax.tree.structure(jax.eval_shape(fn, x_specs, specs))
+
+    def call(*args):
+        return jax.tree.leaves(fn(list(args[:n_x]), list(args[n_x:])))
+
+    def transpose(*args):
+        xs_, cts = list(args[:n_x]), list(args[n_x:])
+        t_like = [jnp.zeros(s.shape, s.dtype) for s in specs]
+        apply, _ = by_columns(lambda *t: (call(*xs_, *t), None), t_like)
+        return jax.linear_transpose(apply, t_like)(cts)[0]
+
+    outs = _p.bind(*xs, *ts, f=_Map(call, transpose, n_x, out_def.num_leaves))
+    return jax.tree.unflatten(out_def, outs)
