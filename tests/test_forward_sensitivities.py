@@ -247,3 +247,18 @@ def test_memory_does_not_grow_with_the_steps():
         return compiled.memory_analysis().temp_size_in_bytes
 
     assert temp_bytes(10_000) == temp_bytes(10)
+
+
+def test_forward_mode_under_jit_runs_one_loop():
+    """`jax.jit` around `jax.jvp` (where the JVP rule cannot tell forward from reverse
+    mode) evaluates primal and tangent in one loop, as JAX's forward mode does: the
+    compiled program holds one `while`, and `jax.grad` of the compiled function still
+    gives the gradient."""
+    loss = _loss("Tsit5", oc.ForwardMode(), "t1")
+    y0, args = _inputs()
+    jvp = jax.jit(lambda a, v: jax.jvp(lambda a: loss(y0, a), (a,), (v,))[1])
+    text = jvp.lower(args, args).as_text()
+    assert text.count("stablehlo.while") == 1
+    ref = jax.jit(jax.grad(_loss("Tsit5", oc.CheckpointAdjoint(), "t1"), 1))(y0, args)
+    _assert_close(jvp(args, jnp.asarray([1.0, 0.0])), ref[0])
+    _assert_close(jax.grad(jax.jit(loss), 1)(y0, args), ref)

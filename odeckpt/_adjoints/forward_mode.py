@@ -15,7 +15,7 @@ from odeckpt._core import (
     by_columns,
     direction_count,
     evaluated,
-    forward_transposed,
+    forward_jvp,
     linearised,
     refuse_linearising,
     zero_tangent,
@@ -123,17 +123,18 @@ def _by_sensitivities(run, inputs, limit):
         if evaluated(ts):  # forward mode, seen as such: JAX's through the loop
             _, tangents_out, out = jax.jvp(ft.partial(part, every), (leaves,), (ts,), has_aux=True)
             return out, _tangent_out(out, tangents_out)
-        # Traced into a jaxpr that JAX may later evaluate (forward mode) or transpose
-        # (reverse mode, `jax.grad` of a `jax.jit`-compiled function): a tangent that
-        # evaluates as JAX's forward mode and transposes through the sensitivities.
+        # Traced into a program that JAX may later evaluate (forward mode) or partially
+        # evaluate and transpose (reverse mode: `jax.grad` of a `jax.jit`-compiled
+        # function): one JVP through the loop where it is evaluated; where it is
+        # partially evaluated, the primal solve and a tangent transposed through the
+        # sensitivities.
         _check_count(ts, limit)
-        out = call(x)
 
-        def tangent(every, ts):
-            leaves = [every[i] for i in which]
-            return jax.jvp(lambda leaves: part(every, leaves)[0], (leaves,), (ts,))[1]
+        def whole(every):  # of every input leaf: nothing traced is closed over
+            return part(every, [every[i] for i in which])
 
-        return out, _tangent_out(out, forward_transposed(tangent, every, ts))
+        out, tangents_out = forward_jvp(whole, every, which, ts)
+        return out, _tangent_out(out, tangents_out)
 
     _ = solve.defjvp(rule, symbolic_zeros=True)
     return solve(dynamic)

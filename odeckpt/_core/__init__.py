@@ -16,6 +16,7 @@ from .closure import ClosureConverted as ClosureConverted, closure_convert as cl
 from .columns import (
     by_columns as by_columns,
     direction_count as direction_count,
+    forward_jvp as forward_jvp,
     forward_transposed as forward_transposed,
 )
 from .concrete import concrete as concrete

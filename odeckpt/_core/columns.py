@@ -8,7 +8,7 @@ import jax.core
 import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import Primitive
-from jax.interpreters import ad, batching, mlir
+from jax.interpreters import ad, batching, mlir, partial_eval as pe
 
 
 def _is_complex(x) -> bool:
@@ -81,7 +81,8 @@ def _impl(*args, f: _Map):
     return jax.jit(f.call)(*args)
 
 
-def _abstract(*avals, f: _Map):
+def _abstract(*avals, f):
+    """The outputs' shapes of `f.call` (a `_Map`'s or a `_Jvp`'s)."""
     shapes = jax.eval_shape(f.call, *(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals))
     return [jax.core.ShapedArray(s.shape, s.dtype) for s in shapes]
 
@@ -122,15 +123,8 @@ ad.primitive_transposes[_p] = _transpose
 batching.primitive_batchers[_p] = _batch
 
 
-def forward_transposed(fn, xs: list, ts: list):
-    """`fn(xs, ts)` (lists of arrays in, a PyTree of arrays out), linear in `ts`;
-    reverse mode transposes it by evaluating it on every direction of `ts`
-    (`by_columns`), so `fn` needs forward mode only. Evaluated, it costs one call of
-    `fn`."""
-    n_x = len(xs)
-    x_specs = [jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x)) for x in xs]
-    specs = [jax.ShapeDtypeStruct(jnp.shape(t), jnp.result_type(t)) for t in ts]
-    out_def = jax.tree.structure(jax.eval_shape(fn, x_specs, specs))
+def _linear_map(fn, n_x: int, specs) -> _Map:
+    """The `_Map` of `fn(xs, ts)` (a PyTree out), linear in `ts` (shaped as `specs`)."""
 
     def call(*args):
         return jax.tree.leaves(fn(list(args[:n_x]), list(args[n_x:])))
@@ -141,5 +135,130 @@ def forward_transposed(fn, xs: list, ts: list):
         apply, _ = by_columns(lambda *t: (call(*xs_, *t), None), t_like)
         return jax.linear_transpose(apply, t_like)(cts)[0]
 
-    outs = _p.bind(*xs, *ts, f=_Map(call, transpose, n_x, out_def.num_leaves))
-    return jax.tree.unflatten(out_def, outs)
+    return _Map(call, transpose, n_x, 0)
+
+
+def forward_transposed(fn, xs: list, ts: list):
+    """`fn(xs, ts)` (lists of arrays in, a PyTree of arrays out), linear in `ts`;
+    reverse mode transposes it by evaluating it on every direction of `ts`
+    (`by_columns`), so `fn` needs forward mode only. Evaluated, it costs one call of
+    `fn`."""
+    x_specs = [jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x)) for x in xs]
+    specs = [jax.ShapeDtypeStruct(jnp.shape(t), jnp.result_type(t)) for t in ts]
+    out_def = jax.tree.structure(jax.eval_shape(fn, x_specs, specs))
+    linear = _linear_map(fn, len(xs), specs)
+    linear.n_out = out_def.num_leaves
+    return jax.tree.unflatten(out_def, _p.bind(*xs, *ts, f=linear))
+
+
+# ----------------------------------------------------------------------------------
+# A JVP whose primal and tangent come from one call when evaluated, and which splits,
+# where a reverse pass partially evaluates it, into the primal (known) and a tangent
+# transposed through its columns (`forward_transposed`).
+
+
+class _Jvp:
+    """Primitive parameters (compared by identity): `call(*xs, *ts) -> (*outs,
+    *tangents)`, `primal(*xs) -> outs`, `linear`: the `_Map` of the tangent."""
+
+    def __init__(self, call, primal, linear: _Map, n_x: int, n_out: int):
+        self.call, self.primal, self.linear = call, primal, linear
+        self.n_x, self.n_out = n_x, n_out
+
+
+_jvp_p = Primitive("odeckpt_forward_jvp")
+_jvp_p.multiple_results = True
+
+
+def _jvp_partial_eval(trace, *tracers, f: _Jvp):
+    """Known inputs and unknown tangents (a reverse pass): the primal as known values,
+    the tangent as the transposable `_p`."""
+    xs, ts = tracers[: f.n_x], tracers[f.n_x :]
+    known = [t.pval.get_known() for t in xs]
+    if any(k is None for k in known) or all(t.pval.is_known() for t in ts):
+        return trace.default_process_primitive(_jvp_p, tracers, dict(f=f))
+    outs = [trace.new_const(out) for out in f.primal(*known)]
+    return outs + trace.default_process_primitive(_p, tracers, dict(f=f.linear))
+
+
+def _jvp_batch(args, dims, *, f: _Jvp):
+    xs, ts = args[: f.n_x], args[f.n_x :]
+    size = next(x.shape[d] for x, d in zip(args, dims, strict=True) if d is not None)
+    x_dims = dims[: f.n_x]
+    ts = [
+        jnp.broadcast_to(t, (size, *t.shape)) if d is None else jnp.moveaxis(t, d, 0)
+        for t, d in zip(ts, dims[f.n_x :], strict=True)
+    ]
+    in_axes = (*x_dims, *(0,) * len(ts))
+    lin = f.linear
+    linear = _Map(
+        jax.vmap(lin.call, in_axes=in_axes),
+        jax.vmap(lin.transpose, in_axes=(*x_dims, *(0,) * lin.n_out)),
+        lin.n_x,
+        lin.n_out,
+    )
+
+    # with the inputs unbatched (a batch of tangents: `jax.jacfwd`) so is the primal
+    primal_axis = 0 if any(d is not None for d in x_dims) else None
+
+    def primal(*xs):
+        return jax.vmap(f.primal, in_axes=x_dims, out_axes=primal_axis, axis_size=size)(*xs)
+
+    out_axes = [primal_axis] * f.n_out + [0] * f.linear.n_out
+    call = jax.vmap(f.call, in_axes=in_axes, out_axes=out_axes)
+    outs = _jvp_p.bind(*xs, *ts, f=_Jvp(call, primal, linear, f.n_x, f.n_out))
+    return outs, out_axes
+
+
+def _jvp_jvp(primals, tangents, *, f: _Jvp):
+    tangents = [ad.instantiate_zeros(t) for t in tangents]
+    return jax.jvp(f.call, tuple(primals), tuple(tangents))
+
+
+_jvp_p.def_impl(lambda *args, f: jax.jit(f.call)(*args))
+_jvp_p.def_abstract_eval(_abstract)
+mlir.register_lowering(
+    _jvp_p, lambda ctx, *args, f: mlir.lower_fun(f.call, multiple_results=True)(ctx, *args)
+)
+ad.primitive_jvps[_jvp_p] = _jvp_jvp
+batching.primitive_batchers[_jvp_p] = _jvp_batch
+pe.custom_partial_eval_rules[_jvp_p] = _jvp_partial_eval
+
+
+def forward_jvp(fn, xs: list, which: list[int], ts: list):
+    """`(out, tangent)` of `fn(xs) -> (linear part, out)` (a list of arrays in, PyTrees
+    out), the tangent that of the linear part along `ts`, tangents of `xs[i]` for `i`
+    in `which`: one call of JAX's JVP where it is evaluated; where a reverse pass
+    partially evaluates it, the primal `out` alone (known) and the tangent as
+    `forward_transposed` (transposed through its columns)."""
+    n_x = len(xs)
+    x_specs = [jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x)) for x in xs]
+    t_specs = [jax.ShapeDtypeStruct(jnp.shape(t), jnp.result_type(t)) for t in ts]
+
+    def jvp(xs, ts):
+        def of(leaves):
+            full = list(xs)
+            for i, leaf in zip(which, leaves, strict=True):
+                full[i] = leaf
+            return fn(full)
+
+        leaves = [xs[i] for i in which]
+        _, tangent, out = jax.jvp(of, (leaves,), (list(ts),), has_aux=True)
+        return out, tangent
+
+    out_shape, tangent_shape = jax.eval_shape(jvp, x_specs, t_specs)
+    out_def, tangent_def = jax.tree.structure(out_shape), jax.tree.structure(tangent_shape)
+
+    def call(*args):
+        out, tangent = jvp(list(args[:n_x]), list(args[n_x:]))
+        return jax.tree.leaves(out) + jax.tree.leaves(tangent)
+
+    def primal(*xs):
+        return jax.tree.leaves(fn(list(xs))[1])
+
+    linear = _linear_map(lambda xs, ts: jvp(xs, ts)[1], n_x, t_specs)
+    linear.n_out = tangent_def.num_leaves
+    f = _Jvp(call, primal, linear, n_x, out_def.num_leaves)
+    outs = _jvp_p.bind(*xs, *ts, f=f)
+    n = out_def.num_leaves
+    return jax.tree.unflatten(out_def, outs[:n]), jax.tree.unflatten(tangent_def, outs[n:])
