@@ -1,7 +1,9 @@
 """A linear map transposed through its columns: `by_columns` evaluates a map linear in
-its second argument on every unit direction at once (one batched forward-mode pass),
-and `forward_transposed` is a primitive whose transpose does that, so reverse mode
-goes through a map JAX can only evaluate forward (a `lax.while_loop`'s tangent)."""
+its second argument on every unit direction at once (one batched forward-mode pass);
+`forward_transposed` is a primitive whose transpose does that, so reverse mode goes
+through a map JAX can only evaluate forward (a `lax.while_loop`'s tangent); and
+`forward_jvp` is a JVP evaluated in one call, which a reverse pass's partial evaluation
+splits into its primal and a `forward_transposed` tangent."""
 
 import jax
 import jax.core
