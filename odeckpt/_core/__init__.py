@@ -17,7 +17,6 @@ from .columns import (
     by_columns as by_columns,
     direction_count as direction_count,
     forward_jvp as forward_jvp,
-    forward_transposed as forward_transposed,
 )
 from .concrete import concrete as concrete
 from .custom_types import Args as Args, RealScalarLike as RealScalarLike, Y as Y

@@ -1,9 +1,9 @@
 """A linear map transposed through its columns: `by_columns` evaluates a map linear in
 its second argument on every unit direction at once (one batched forward-mode pass);
-`forward_transposed` is a primitive whose transpose does that, so reverse mode goes
-through a map JAX can only evaluate forward (a `lax.while_loop`'s tangent); and
 `forward_jvp` is a JVP evaluated in one call, which a reverse pass's partial evaluation
-splits into its primal and a `forward_transposed` tangent."""
+splits into its primal and a tangent (the primitive `_p`) whose transpose goes through
+`by_columns`, so reverse mode goes through a map JAX can only evaluate forward (a
+`lax.while_loop`'s tangent)."""
 
 import jax
 import jax.core
@@ -100,18 +100,28 @@ def _transpose(cts, *args, f: _Map):
     return [None] * f.n_x + list(f.transpose(*xs, *cts))
 
 
-def _batch(args, dims, *, f: _Map):
-    xs, ts = args[: f.n_x], args[f.n_x :]
+def _batched(args, dims, n_x: int):
+    """The inputs of a batched bind, the tangents' batch axes moved (or broadcast) to
+    the front: `(xs, ts, size, x_dims, in_axes)`."""
+    xs, ts = args[:n_x], args[n_x:]
     size = next(x.shape[d] for x, d in zip(args, dims, strict=True) if d is not None)
-    x_dims = dims[: f.n_x]
+    x_dims = tuple(dims[:n_x])
     ts = [
         jnp.broadcast_to(t, (size, *t.shape)) if d is None else jnp.moveaxis(t, d, 0)
-        for t, d in zip(ts, dims[f.n_x :], strict=True)
+        for t, d in zip(ts, dims[n_x:], strict=True)
     ]
-    in_axes = (*x_dims, *(0,) * len(ts))
-    call = jax.vmap(f.call, in_axes=in_axes)
+    return xs, ts, size, x_dims, (*x_dims, *(0,) * len(ts))
+
+
+def _vmapped(f: _Map, x_dims, in_axes) -> _Map:
+    """`f` for inputs batched as `in_axes` (its outputs batched on their first axis)."""
     transpose = jax.vmap(f.transpose, in_axes=(*x_dims, *(0,) * f.n_out))
-    outs = _p.bind(*xs, *ts, f=_Map(call, transpose, f.n_x, f.n_out))
+    return _Map(jax.vmap(f.call, in_axes=in_axes), transpose, f.n_x, f.n_out)
+
+
+def _batch(args, dims, *, f: _Map):
+    xs, ts, _, x_dims, in_axes = _batched(args, dims, f.n_x)
+    outs = _p.bind(*xs, *ts, f=_vmapped(f, x_dims, in_axes))
     return outs, [0] * len(outs)
 
 
@@ -125,8 +135,10 @@ ad.primitive_transposes[_p] = _transpose
 batching.primitive_batchers[_p] = _batch
 
 
-def _linear_map(fn, n_x: int, specs) -> _Map:
-    """The `_Map` of `fn(xs, ts)` (a PyTree out), linear in `ts` (shaped as `specs`)."""
+def _linear_map(fn, n_x: int, specs, n_out: int) -> _Map:
+    """The `_Map` of `fn(xs, ts)` (`n_out` leaves out), linear in `ts` (shaped as
+    `specs`): evaluated as `fn`, transposed by evaluating it on every direction of `ts`
+    (`by_columns`), so `fn` needs forward mode only."""
 
     def call(*args):
         return jax.tree.leaves(fn(list(args[:n_x]), list(args[n_x:])))
@@ -137,26 +149,13 @@ def _linear_map(fn, n_x: int, specs) -> _Map:
         apply, _ = by_columns(lambda *t: (call(*xs_, *t), None), t_like)
         return jax.linear_transpose(apply, t_like)(cts)[0]
 
-    return _Map(call, transpose, n_x, 0)
-
-
-def forward_transposed(fn, xs: list, ts: list):
-    """`fn(xs, ts)` (lists of arrays in, a PyTree of arrays out), linear in `ts`;
-    reverse mode transposes it by evaluating it on every direction of `ts`
-    (`by_columns`), so `fn` needs forward mode only. Evaluated, it costs one call of
-    `fn`."""
-    x_specs = [jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x)) for x in xs]
-    specs = [jax.ShapeDtypeStruct(jnp.shape(t), jnp.result_type(t)) for t in ts]
-    out_def = jax.tree.structure(jax.eval_shape(fn, x_specs, specs))
-    linear = _linear_map(fn, len(xs), specs)
-    linear.n_out = out_def.num_leaves
-    return jax.tree.unflatten(out_def, _p.bind(*xs, *ts, f=linear))
+    return _Map(call, transpose, n_x, n_out)
 
 
 # ----------------------------------------------------------------------------------
 # A JVP whose primal and tangent come from one call when evaluated, and which splits,
 # where a reverse pass partially evaluates it, into the primal (known) and a tangent
-# transposed through its columns (`forward_transposed`).
+# transposed through its columns (`_p`).
 
 
 class _Jvp:
@@ -174,7 +173,7 @@ _jvp_p.multiple_results = True
 
 def _jvp_partial_eval(trace, *tracers, f: _Jvp):
     """Known inputs and unknown tangents (a reverse pass): the primal as known values,
-    the tangent as the transposable `_p`."""
+    the tangent as `_p`, which transposes through its columns."""
     xs, ts = tracers[: f.n_x], tracers[f.n_x :]
     known = [t.pval.get_known() for t in xs]
     if any(k is None for k in known) or all(t.pval.is_known() for t in ts):
@@ -184,22 +183,8 @@ def _jvp_partial_eval(trace, *tracers, f: _Jvp):
 
 
 def _jvp_batch(args, dims, *, f: _Jvp):
-    xs, ts = args[: f.n_x], args[f.n_x :]
-    size = next(x.shape[d] for x, d in zip(args, dims, strict=True) if d is not None)
-    x_dims = dims[: f.n_x]
-    ts = [
-        jnp.broadcast_to(t, (size, *t.shape)) if d is None else jnp.moveaxis(t, d, 0)
-        for t, d in zip(ts, dims[f.n_x :], strict=True)
-    ]
-    in_axes = (*x_dims, *(0,) * len(ts))
-    lin = f.linear
-    linear = _Map(
-        jax.vmap(lin.call, in_axes=in_axes),
-        jax.vmap(lin.transpose, in_axes=(*x_dims, *(0,) * lin.n_out)),
-        lin.n_x,
-        lin.n_out,
-    )
-
+    xs, ts, size, x_dims, in_axes = _batched(args, dims, f.n_x)
+    linear = _vmapped(f.linear, x_dims, in_axes)
     # with the inputs unbatched (a batch of tangents: `jax.jacfwd`) so is the primal
     primal_axis = 0 if any(d is not None for d in x_dims) else None
 
@@ -231,8 +216,8 @@ def forward_jvp(fn, xs: list, which: list[int], ts: list):
     """`(out, tangent)` of `fn(xs) -> (linear part, out)` (a list of arrays in, PyTrees
     out), the tangent that of the linear part along `ts`, tangents of `xs[i]` for `i`
     in `which`: one call of JAX's JVP where it is evaluated; where a reverse pass
-    partially evaluates it, the primal `out` alone (known) and the tangent as
-    `forward_transposed` (transposed through its columns)."""
+    partially evaluates it, the primal `out` alone (known) and the tangent as a map
+    transposed through its columns (`by_columns`)."""
     n_x = len(xs)
     x_specs = [jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x)) for x in xs]
     t_specs = [jax.ShapeDtypeStruct(jnp.shape(t), jnp.result_type(t)) for t in ts]
@@ -258,8 +243,7 @@ def forward_jvp(fn, xs: list, which: list[int], ts: list):
     def primal(*xs):
         return jax.tree.leaves(fn(list(xs))[1])
 
-    linear = _linear_map(lambda xs, ts: jvp(xs, ts)[1], n_x, t_specs)
-    linear.n_out = tangent_def.num_leaves
+    linear = _linear_map(lambda xs, ts: jvp(xs, ts)[1], n_x, t_specs, tangent_def.num_leaves)
     f = _Jvp(call, primal, linear, n_x, out_def.num_leaves)
     outs = _jvp_p.bind(*xs, *ts, f=f)
     n = out_def.num_leaves
