@@ -262,3 +262,16 @@ def test_forward_mode_under_jit_runs_one_loop():
     ref = jax.jit(jax.grad(_loss("Tsit5", oc.CheckpointAdjoint(), "t1"), 1))(y0, args)
     _assert_close(jvp(args, jnp.asarray([1.0, 0.0])), ref[0])
     _assert_close(jax.grad(jax.jit(loss), 1)(y0, args), ref)
+
+
+def test_max_tangents_bounds_reverse_mode_only():
+    """Forward mode carries the tangents it is given, however many inputs they perturb:
+    `max_tangents` refuses only a reverse pass (here `jax.grad` of the compiled loss,
+    whose tangent is transposed later), not `jax.jvp` under `jax.jit`."""
+    loss = _loss("Tsit5", oc.ForwardMode(max_tangents=1), "t1")
+    y0, args = _inputs()
+    jvp = jax.jit(lambda a, v: jax.jvp(lambda a: loss(y0, a), (a,), (v,))[1])
+    ref = jax.jit(jax.grad(_loss("Tsit5", oc.CheckpointAdjoint(), "t1"), 1))(y0, args)
+    _assert_close(jvp(args, jnp.asarray([0.0, 1.0])), ref[1])
+    with pytest.raises(ValueError, match=r"differentiates 2 scalars"):
+        jax.grad(jax.jit(loss), 1)(y0, args)

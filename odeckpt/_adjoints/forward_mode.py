@@ -128,12 +128,12 @@ def _by_sensitivities(run, inputs, limit):
         # function): one JVP through the loop where it is evaluated; where it is
         # partially evaluated, the primal solve and a tangent transposed through the
         # sensitivities.
-        _check_count(ts, limit)
+        count = direction_count(ts)  # refused where a reverse pass transposes it
 
         def whole(every):  # of every input leaf: nothing traced is closed over
             return part(every, [every[i] for i in which])
 
-        out, tangents_out = forward_jvp(whole, every, which, ts)
+        out, tangents_out = forward_jvp(whole, every, which, ts, lambda: _refuse(count, limit))
         return out, _tangent_out(out, tangents_out)
 
     _ = solve.defjvp(rule, symbolic_zeros=True)
@@ -162,8 +162,8 @@ def _tangent_out(out, part_tangents):
     return eqx.tree_at(_differentiated, zeros, tuple(part_tangents))
 
 
-def _check_count(ts, limit):
-    count = direction_count(ts)
+def _refuse(count: int, limit):
+    """Refuse reverse mode over `count` differentiated scalars beyond `limit`."""
     if limit is not None and count > limit:
         raise ValueError(_TOO_MANY.format(count=count, limit=limit))
 
@@ -173,7 +173,7 @@ def _sensitivities(part, leaves, ts, limit):
     respect to every perturbed scalar (one batched forward-mode solve, whose primal
     is the solve itself), and the tangent as their contraction with `ts`, linear in
     `ts`, which JAX transposes into the VJP."""
-    _check_count(ts, limit)
+    _refuse(direction_count(ts), limit)
 
     def column(*directions):
         _, tangents, out = jax.jvp(part, (leaves,), (list(directions),), has_aux=True)

@@ -135,15 +135,17 @@ ad.primitive_transposes[_p] = _transpose
 batching.primitive_batchers[_p] = _batch
 
 
-def _linear_map(fn, n_x: int, specs, n_out: int) -> _Map:
+def _linear_map(fn, n_x: int, specs, n_out: int, on_transpose) -> _Map:
     """The `_Map` of `fn(xs, ts)` (`n_out` leaves out), linear in `ts` (shaped as
     `specs`): evaluated as `fn`, transposed by evaluating it on every direction of `ts`
-    (`by_columns`), so `fn` needs forward mode only."""
+    (`by_columns`), so `fn` needs forward mode only; `on_transpose()` runs first (where
+    a reverse pass is traced), to refuse it."""
 
     def call(*args):
         return jax.tree.leaves(fn(list(args[:n_x]), list(args[n_x:])))
 
     def transpose(*args):
+        on_transpose()
         xs_, cts = list(args[:n_x]), list(args[n_x:])
         t_like = [jnp.zeros(s.shape, s.dtype) for s in specs]
         apply, _ = by_columns(lambda *t: (call(*xs_, *t), None), t_like)
@@ -212,12 +214,12 @@ batching.primitive_batchers[_jvp_p] = _jvp_batch
 pe.custom_partial_eval_rules[_jvp_p] = _jvp_partial_eval
 
 
-def forward_jvp(fn, xs: list, which: list[int], ts: list):
+def forward_jvp(fn, xs: list, which: list[int], ts: list, on_transpose=lambda: None):
     """`(out, tangent)` of `fn(xs) -> (linear part, out)` (a list of arrays in, PyTrees
     out), the tangent that of the linear part along `ts`, tangents of `xs[i]` for `i`
     in `which`: one call of JAX's JVP where it is evaluated; where a reverse pass
     partially evaluates it, the primal `out` alone (known) and the tangent as a map
-    transposed through its columns (`by_columns`)."""
+    transposed through its columns (`by_columns`), after `on_transpose()`."""
     n_x = len(xs)
     x_specs = [jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x)) for x in xs]
     t_specs = [jax.ShapeDtypeStruct(jnp.shape(t), jnp.result_type(t)) for t in ts]
@@ -243,7 +245,9 @@ def forward_jvp(fn, xs: list, which: list[int], ts: list):
     def primal(*xs):
         return jax.tree.leaves(fn(list(xs))[1])
 
-    linear = _linear_map(lambda xs, ts: jvp(xs, ts)[1], n_x, t_specs, tangent_def.num_leaves)
+    linear = _linear_map(
+        lambda xs, ts: jvp(xs, ts)[1], n_x, t_specs, tangent_def.num_leaves, on_transpose
+    )
     f = _Jvp(call, primal, linear, n_x, out_def.num_leaves)
     outs = _jvp_p.bind(*xs, *ts, f=f)
     n = out_def.num_leaves
