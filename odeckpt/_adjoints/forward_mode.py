@@ -14,7 +14,6 @@ from odeckpt._checkpointing import LoopOutput, forward_loop
 from odeckpt._core import (
     by_columns,
     direction_count,
-    evaluated,
     forward_jvp,
     linearised,
     refuse_linearising,
@@ -120,14 +119,11 @@ def _by_sensitivities(run, inputs, limit):
         leaves = [every[i] for i in which]
         if linearised(ts):  # reverse mode, seen as such: sensitivities, one primal solve
             return _sensitivities(ft.partial(part, every), leaves, ts, limit)
-        if evaluated(ts):  # forward mode, seen as such: JAX's through the loop
-            _, tangents_out, out = jax.jvp(ft.partial(part, every), (leaves,), (ts,), has_aux=True)
-            return out, _tangent_out(out, tangents_out)
-        # Traced into a program that JAX may later evaluate (forward mode) or partially
-        # evaluate and transpose (reverse mode: `jax.grad` of a `jax.jit`-compiled
-        # function): one JVP through the loop where it is evaluated; where it is
-        # partially evaluated, the primal solve and a tangent transposed through the
-        # sensitivities.
+        # Otherwise forward mode, or traced into a program that JAX may later evaluate
+        # or partially evaluate and transpose (reverse mode: `jax.grad` of a
+        # `jax.jit`-compiled function): one JVP through the loop where it is evaluated;
+        # where it is partially evaluated, the primal solve and a tangent transposed
+        # through the sensitivities.
         count = direction_count(ts)  # refused where a reverse pass transposes it
 
         def whole(every):  # of every input leaf: nothing traced is closed over

@@ -37,7 +37,6 @@ from .results import (
     raise_if_failed as raise_if_failed,
 )
 from .tracing import (
-    evaluated as evaluated,
     linearised as linearised,
     refuse_linearising as refuse_linearising,
 )

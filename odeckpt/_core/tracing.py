@@ -1,6 +1,5 @@
 """Where a value sits among JAX's transformations: whether a reverse pass linearises
-it or forward mode evaluates it, read from its tracers (`linearised`, `evaluated`), or
-raised where its tangent is formed
+it, read from its tracers (`linearised`), or raised where its tangent is formed
 (`refuse_linearising`, an identity primitive with its own JVP, `jax.vmap` and
 compilation rules)."""
 
@@ -31,24 +30,6 @@ def linearised(tree) -> bool:
     any leaf of `tree`, under any `jax.vmap` and forward mode around it, as a custom
     JVP rule sees its tangents."""
     return any(_linearised(x) for x in jax.tree.leaves(tree))
-
-
-def _staged(t) -> bool:
-    """Whether tracer `t` is traced into a program (not a value forward mode evaluates
-    as it goes, under `jax.vmap` and forward mode)."""
-    name = type(t).__name__
-    if name == "BatchTracer":
-        return isinstance(t.val, jax.core.Tracer) and _staged(t.val)
-    if name == "JVPTracer":
-        return any(isinstance(v, jax.core.Tracer) and _staged(v) for v in (t.primal, t.tangent))
-    return True
-
-
-def evaluated(tree) -> bool:
-    """Whether a custom JVP rule's tangents `tree` are values JAX's forward mode
-    evaluates as it goes (not traced into a program that a reverse pass could
-    transpose later)."""
-    return not any(isinstance(t, jax.core.Tracer) and _staged(t) for t in jax.tree.leaves(tree))
 
 
 # An identity carrying a `message`: compiled to nothing, batched as itself, its JVP
