@@ -780,20 +780,26 @@ ADJOINTS = [
         ),
     ),
     Case(
-        "continuous adjoint with an implicit adjoint solver",
+        "continuous adjoint with an adjoint solver that is not a Runge–Kutta method",
         "ValueError",
-        "`BacksolveAdjoint(solver=...)` must be an explicit Runge–Kutta solver",
-        lambda: oc.BacksolveAdjoint(solver=oc.Kvaerno5()),
+        "`BacksolveAdjoint(solver=...)` must be a Runge–Kutta solver",
+        lambda: oc.BacksolveAdjoint(solver=oc.LeapfrogMidpoint()),
     ),  # pyright: ignore
     Case(
-        "continuous adjoint of an implicit forward solver",
+        "continuous adjoint of a forward solver that is not a Runge–Kutta method",
         "ValueError",
-        "`InterpolatingAdjoint` solves the adjoint ODE with an explicit Runge–Kutta method",
-        lambda: _solve(
-            solver=oc.Kvaerno5(),
-            dt0=None,
-            stepsize_controller=PID,
-            adjoint=oc.InterpolatingAdjoint(),
+        "`InterpolatingAdjoint` solves the adjoint ODE with a Runge–Kutta method",
+        lambda: _solve(solver=oc.LeapfrogMidpoint(), adjoint=oc.InterpolatingAdjoint()),
+    ),
+    Case(
+        "continuous adjoint with an adjoint solver's preconditioner function",
+        "ValueError",
+        "`Kvaerno5(preconditioner=...)` approximates the inverse of `I - gamma h df/dy`",
+        lambda: oc.InterpolatingAdjoint(
+            solver=oc.Kvaerno5(
+                linear_solver=lx.GMRES(rtol=1e-6, atol=1e-9),
+                preconditioner=lambda t, y, args, hg: lambda v: v,
+            )
         ),
     ),
     Case(

@@ -380,7 +380,7 @@ def test_unbounded_loop_is_refused():
             lambda: oc.InterpolatingAdjoint(stepsize_controller=oc.ConstantStepSize()),
             "must be an adaptive controller",
         ),
-        (lambda: oc.BacksolveAdjoint(solver="Tsit5"), "explicit Runge–Kutta solver"),
+        (lambda: oc.BacksolveAdjoint(solver="Tsit5"), "must be a Runge–Kutta solver"),
     ],
 )
 def test_bad_arguments(make, match):

@@ -198,6 +198,18 @@ class AbstractSolver(eqx.Module, **_METACLASS):
         """
         return True
 
+    def for_adjoint_ode(self, integrates_y: bool) -> "AbstractSolver | None":
+        """This solver as a continuous adjoint integrates its adjoint ODE with it by the
+        solver's own steps (the implicit solvers: `_adjoints/continuous/implicit_step.py`),
+        on `a` alone or, where `integrates_y`, on `(y, a)`; `None` (the default) where
+        it does not: explicit Runge–Kutta methods step it by their tableau, and other
+        solvers are refused.
+
+        Raises:
+            ValueError: for a setting that has no meaning on the adjoint ODE.
+        """
+        return None
+
     @property
     def reversible(self) -> bool:
         """Whether this solver's own steps can be undone (`AbstractReversibleSolver`'s

@@ -44,13 +44,30 @@ class AdjointField(eqx.Module):
     static: object
     dense: DenseInterpolation | None
 
-    def vector_field(self, tau, y, theta) -> Y:
+    def vector_field(self, tau, y, theta, part: int | None = None) -> Y:
+        """`f(tau, y)`, or that of the term's part `part` (`AbstractTerm.parts`)."""
         term, args = eqx.combine(theta, self.static)  # pyright: ignore[reportGeneralTypeIssues]
+        if part is not None:
+            term = term.parts()[part].as_ode()
         return term.vf(tau, y, args)
+
+    def y_at(self, tau, flow: Flow) -> Y:
+        """The forward `y` at `tau`: integrated (`flow.y`) or read from the dense output."""
+        return flow.y if self.dense is None else self.dense.evaluate(tau)
+
+    def flow_slope(self, s, flow: Flow, part: int | None = None) -> Flow:
+        """d(flow)/ds alone (of the term's part `part`): the adjoint ODE an implicit
+        solver integrates, whose Jacobian is `(df/dy)^T` (and `-df/dy` on `y`)."""
+        tau = -s
+        fy, vjp_fn = jax.vjp(
+            lambda y: self.vector_field(tau, y, self.theta, part), self.y_at(tau, flow)
+        )
+        (da,) = vjp_fn(flow.a)
+        return Flow(None if flow.y is None else jax.tree.map(jnp.negative, fy), da)
 
     def __call__(self, s, flow: Flow) -> Slopes:
         tau = -s
-        y = flow.y if self.dense is None else self.dense.evaluate(tau)
+        y = self.y_at(tau, flow)
         fy, vjp_fn = jax.vjp(lambda y, th: self.vector_field(tau, y, th), y, self.theta)
         da, dg = vjp_fn(flow.a)
         dy = None if flow.y is None else jax.tree.map(jnp.negative, fy)
@@ -72,7 +89,10 @@ class AdjointStep(eqx.Module):
             step's first stage), `None` otherwise.
         flow_error, g_error: embedded error estimates (`None` unless asked for).
         probe: the differences of the last two stages and of their slopes, from which
-            the sweep estimates the step's stiffness (`None` for one-stage methods).
+            the sweep estimates the step's stiffness (`None` for one-stage methods and
+            implicit ones).
+        failure: an implicit step's `RESULTS` code (its stage iterations or linear
+            solves failed); `None` for an explicit step, which cannot fail.
     """
 
     flow: Flow
@@ -81,6 +101,7 @@ class AdjointStep(eqx.Module):
     flow_error: Flow | None
     g_error: object
     probe: tuple[Flow, Flow] | None
+    failure: jax.Array | None = None
 
 
 def _accumulate(acc, weight: float, g):

@@ -8,7 +8,7 @@ from odeckpt._adjoints.base import DEFAULT_MEMORY_BUDGET, check_checkpoints
 from odeckpt._adjoints.reversible import reconstructing_loop
 from odeckpt._controllers import AbstractLoopController, rms_norm
 from odeckpt._core import batch_size, nbytes
-from odeckpt._solvers import AbstractExplicitSolver
+from odeckpt._solvers import AbstractSolver
 
 from .base import AbstractContinuousAdjoint, ceil_div
 from .sweep import Sweep, sweep_to
@@ -80,7 +80,7 @@ class BacksolveAdjoint(AbstractContinuousAdjoint):
         ODEs" (reversible methods from any explicit Runge–Kutta method).
     """
 
-    solver: AbstractExplicitSolver | None = None
+    solver: AbstractSolver | None = None
     stepsize_controller: AbstractLoopController | None = None
     checkpoints: int | None = None
     memory_budget: int | None = None

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from odeckpt._adjoints.base import AbstractAdjoint
 from odeckpt._controllers import AbstractLoopController
 from odeckpt._integrator import Integrator, Problem, State
-from odeckpt._solvers import AbstractAdaptiveSolver, AbstractExplicitSolver
+from odeckpt._solvers import AbstractAdaptiveSolver, AbstractExplicitSolver, AbstractSolver
 
 from .adjoint_ode import AdjointField
 from .sweep import Sweep, SweepContext
@@ -28,20 +28,35 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def _steps_adjoint(solver: AbstractSolver, integrates_y: bool) -> bool:
+    """Whether `solver` can step the adjoint ODE: an explicit Runge–Kutta method by its
+    tableau, an implicit one by its own steps (`for_adjoint_ode`).
+
+    Raises:
+        ValueError: for an implicit solver's setting that has no meaning there.
+    """
+    if not isinstance(solver, AbstractSolver):
+        return False
+    explicit = isinstance(solver, AbstractExplicitSolver)
+    return explicit or solver.for_adjoint_ode(integrates_y) is not None
+
+
 class AbstractContinuousAdjoint(AbstractAdjoint):
     """The adjoint ODE solved backwards; subclasses choose where `y(t)` comes from."""
 
-    solver: eqx.AbstractVar[AbstractExplicitSolver | None]
+    solver: eqx.AbstractVar[AbstractSolver | None]
     stepsize_controller: eqx.AbstractVar[AbstractLoopController | None]
     seminorm: eqx.AbstractVar[bool]
     throw: eqx.AbstractVar[bool | None]
 
     def __check_init__(self):
         name = type(self).__name__
-        if self.solver is not None and not isinstance(self.solver, AbstractExplicitSolver):
+        if self.solver is not None and not _steps_adjoint(self.solver, self.integrates_y()):
             raise ValueError(
-                f"`{name}(solver=...)` must be an explicit Runge–Kutta solver such as "
-                f"`Tsit5()`, or None (the forward solver); got {type(self.solver).__name__}."
+                f"`{name}(solver=...)` must be a Runge–Kutta solver, explicit such as "
+                "`Tsit5()` or implicit such as `Kvaerno5()`, `Rodas5P()` or `RadauIIA5()` "
+                f"(for stiff problems), or None (the forward solver); got "
+                f"{type(self.solver).__name__}."
             )
         controller = self.stepsize_controller
         if controller is not None and not (
@@ -91,10 +106,12 @@ class AbstractContinuousAdjoint(AbstractAdjoint):
                 "for a solve that is not differentiated in reverse mode)."
             )
         solver = sweep_solver(self.solver, integrator.solver)
-        if not isinstance(solver, AbstractExplicitSolver):
+        if not _steps_adjoint(solver, self.integrates_y()):
             raise ValueError(
-                f"`{name}` solves the adjoint ODE with an explicit Runge–Kutta method; "
-                f"pass `{name}(solver=Tsit5())` to use one with {type(solver).__name__}."
+                f"`{name}` solves the adjoint ODE with a Runge–Kutta method, explicit or "
+                f"implicit, and {type(solver).__name__} is neither; pass "
+                f"`{name}(solver=Tsit5())` (or `solver=Kvaerno5()` for a stiff problem) "
+                "to use one."
             )
         if self.stepsize_controller is not None and not isinstance(solver, AbstractAdaptiveSolver):
             raise ValueError(

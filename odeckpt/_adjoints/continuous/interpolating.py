@@ -12,7 +12,7 @@ from odeckpt._controllers import AbstractLoopController
 from odeckpt._core import RESULTS, batch_size, nbytes, set_row
 from odeckpt._integrator import Problem, attempt_step, fresh_stage, restart_after
 from odeckpt._solution import DenseInterpolation
-from odeckpt._solvers import AbstractExplicitSolver, DenseStep
+from odeckpt._solvers import AbstractSolver, DenseStep
 
 from .adjoint_ode import AdjointField
 from .base import AbstractContinuousAdjoint, ceil_div
@@ -50,7 +50,7 @@ class InterpolatingAdjoint(AbstractContinuousAdjoint):
     """
 
     checkpoints: int | None = None
-    solver: AbstractExplicitSolver | None = None
+    solver: AbstractSolver | None = None
     stepsize_controller: AbstractLoopController | None = None
     memory_budget: int | None = None
     seminorm: bool = True

@@ -13,9 +13,10 @@ from jax import lax
 
 from odeckpt._controllers import AbstractLoopController, ControllerState
 from odeckpt._core import RESULTS, Y, batch_cond, promoted, row
-from odeckpt._solvers import ButcherTableau
+from odeckpt._solvers import AbstractSolver, ButcherTableau
 
 from .adjoint_ode import AdjointField, AdjointStep, Flow, Slopes, adjoint_rk_step, anchor_distance
+from .implicit_step import implicit_adjoint_step
 
 
 class Marks(eqx.Module):
@@ -43,6 +44,8 @@ class SweepContext(eqx.Module):
     """What every iteration of a sweep reads.
 
     Attributes:
+        tableau: the explicit Runge–Kutta method of the adjoint ODE, or `None`.
+        implicit: else the implicit solver that steps it (`implicit_step.py`).
         controller: the backward pass's own step-size controller; `None` steps
             exactly from mark to mark (the forward grid is then one of the marks).
         seminorm: leave `g` out of the controller's error norm.
@@ -55,7 +58,8 @@ class SweepContext(eqx.Module):
         max_steps: bound on attempted adaptive steps.
     """
 
-    tableau: ButcherTableau = eqx.field(static=True)
+    tableau: ButcherTableau | None = eqx.field(static=True)
+    implicit: AbstractSolver | None
     marks: tuple[Marks, ...]
     controller: AbstractLoopController | None
     seminorm: bool = eqx.field(static=True)
@@ -126,15 +130,27 @@ def next_stop(ctx: SweepContext, pointers, lo):
     return stop
 
 
-def _refresh(field: AdjointField, sw: Sweep) -> Slopes:
+def _refreshed(ctx: SweepContext, field: AdjointField, sw: Sweep) -> Sweep:
+    """`sw` with the slopes at its point, which an explicit step starts from."""
+    if ctx.implicit is not None:
+        return sw
     # `batch_cond`: under `jax.vmap`, the field's parameters stay unbatched.
-    return batch_cond(
+    slopes = batch_cond(
         sw.fresh,
         lambda field, sw: field(-sw.tau, sw.flow),
         lambda field, sw: sw.slopes,
         field,
         sw,
     )
+    return eqx.tree_at(lambda s: s.slopes, sw, slopes)
+
+
+def _adjoint_step(ctx: SweepContext, field: AdjointField, sw: Sweep, dt, error=None):
+    """One step of the adjoint ODE of length `dt` from `sw`: explicit or implicit."""
+    if ctx.implicit is not None:
+        return implicit_adjoint_step(ctx.implicit, field, -sw.tau, dt, sw.flow, error)
+    assert ctx.tableau is not None
+    return adjoint_rk_step(ctx.tableau, field, -sw.tau, dt, sw.flow, sw.slopes, error)
 
 
 def _after_step(sw: Sweep, tau, step: AdjointStep) -> Sweep:
@@ -175,25 +191,39 @@ def _moduli(tree) -> jax.Array:
 
 
 def _grid_iteration(ctx: SweepContext, field: AdjointField, sw: Sweep, lo) -> Sweep:
-    """One step of the adjoint ODE to the next mark; or, once a try was too stiff, one
-    sub-step of half the last too stiff one. Sub-steps keep their size to the mark (the
-    stiffness within one forward step changes little), and the next forward step is
-    tried whole again."""
-    sw = eqx.tree_at(lambda s: s.slopes, sw, _refresh(field, sw))
+    """One step of the adjoint ODE to the next mark; or, once a try had to be split, one
+    sub-step towards it. An explicit step is split in halves where it is too stiff
+    (sub-steps then keep their size to the mark: the stiffness within one forward step
+    changes little, `MAX_SPLITS` at most); an implicit one where its error estimate
+    exceeds the forward tolerances or its stage solves failed (a boundary layer of the
+    adjoint that the forward steps never met), its sub-steps then sized from the
+    estimate as a controller would. The next forward step is tried whole again."""
+    sw = _refreshed(ctx, field, sw)
     mark = next_stop(ctx, sw.pointers, lo)
     gap = sw.tau - mark
     whole = (sw.splits == 0) | (sw.dt * (1 + 1e-3) >= gap)  # the last sub-step lands
     dt = jnp.where(whole, gap, sw.dt)
     target = jnp.where(whole, mark, sw.tau - dt)
-    step = adjoint_rk_step(ctx.tableau, field, -sw.tau, dt, sw.flow, sw.slopes)
-    too_stiff = _too_stiff(ctx, sw, step, dt)
-    split = too_stiff & (sw.splits < MAX_SPLITS)
+    implicit = ctx.implicit is not None
+    step = _adjoint_step(ctx, field, sw, dt, "flow" if implicit else None)
+    if implicit:
+        error = _error_ratio(ctx, sw, step)
+        bad = error > 1
+        split = bad & (dt > 1e-12 * jnp.maximum(jnp.abs(sw.tau), 1))
+        factor = 0.9 * error ** (-1 / ((ctx.error_order or 1) + 1))
+        factor = jnp.where(bad, jnp.clip(factor, 0.1, 0.5), jnp.clip(factor, 1, 5))
+        sub_dt = dt * factor
+        splits = jnp.where(split, 1, jnp.where(whole, 0, sw.splits))
+        given_up = RESULTS.dt_min_reached  # still inaccurate at a vanishing step
+    else:
+        bad = _too_stiff(ctx, sw, step, dt)
+        split = bad & (sw.splits < MAX_SPLITS)
+        sub_dt = jnp.where(split, 0.5 * dt, sw.dt)
+        splits = jnp.where(split, sw.splits + 1, jnp.where(whole, 0, sw.splits))
+        given_up = RESULTS.nonfinite_state  # still too stiff after MAX_SPLITS halvings
     moved = _after_step(sw, target, step)
     sw = jax.tree.map(lambda new, old: jnp.where(split, old, new), moved, sw)
-    splits = jnp.where(split, sw.splits + 1, jnp.where(whole, 0, sw.splits))
-    sub_dt = jnp.where(split, 0.5 * dt, sw.dt).astype(sw.dt.dtype)
-    # Still too stiff after MAX_SPLITS halvings: the sweep ends, and reports it.
-    result = jnp.where(too_stiff & ~split, RESULTS.nonfinite_state, sw.result)
+    result = jnp.where(bad & ~split, given_up, sw.result)  # the sweep ends, and reports it
     return arrive(
         ctx,
         eqx.tree_at(
@@ -201,12 +231,31 @@ def _grid_iteration(ctx: SweepContext, field: AdjointField, sw: Sweep, lo) -> Sw
             sw,
             (
                 splits.astype(sw.splits.dtype),
-                sub_dt,
+                sub_dt.astype(sw.dt.dtype),
                 sw.num_steps + 1,
                 result.astype(sw.result.dtype),
             ),
         ),
     )
+
+
+def _error_ratio(ctx: SweepContext, sw: Sweep, step: AdjointStep) -> jax.Array:
+    """The implicit step's error estimate against the forward tolerances: the largest
+    over the flow's leaves of the leaf's RMS error scaled by `atol + rtol` times the
+    leaf's largest element before or after the step (the adjoint's elements differ by
+    orders of magnitude, and the gradient reads them all at the scale of the largest,
+    as `anchor_distance` does); `inf` where the step failed."""
+    assert step.flow_error is not None
+
+    def leaf(before, after, err):
+        size = jnp.maximum(jnp.max(jnp.abs(before), initial=0), jnp.max(jnp.abs(after), initial=0))
+        return jnp.sqrt(jnp.mean(jnp.abs(err) ** 2)) / (ctx.atol + ctx.rtol * size)
+
+    leaves = (jax.tree.leaves(t) for t in (sw.flow, step.flow, step.flow_error))
+    ratios = [leaf(*parts) for parts in zip(*leaves, strict=True) if parts[0].size]
+    ratio = jnp.max(jnp.stack(ratios)) if ratios else jnp.zeros(())
+    failed = jnp.asarray(False) if step.failure is None else step.failure != RESULTS.successful
+    return jnp.where(failed | ~jnp.isfinite(ratio), jnp.inf, ratio)
 
 
 def _controlled(ctx: SweepContext, sw: Sweep, step: AdjointStep):
@@ -219,13 +268,13 @@ def _controlled(ctx: SweepContext, sw: Sweep, step: AdjointStep):
 
 def _adaptive_iteration(ctx: SweepContext, field: AdjointField, sw: Sweep, lo) -> Sweep:
     """One attempted adaptive step towards the next mark; lands on it exactly."""
-    sw = eqx.tree_at(lambda s: s.slopes, sw, _refresh(field, sw))
+    sw = _refreshed(ctx, field, sw)
     target = next_stop(ctx, sw.pointers, lo)
     gap = sw.tau - target
     land = sw.dt * (1 + 1e-3) >= gap  # stretch a step by at most 0.1% to land on a mark
     dt = jnp.where(land, gap, sw.dt)
     error = "flow" if ctx.seminorm else "all"
-    step = adjoint_rk_step(ctx.tableau, field, -sw.tau, dt, sw.flow, sw.slopes, error)
+    step = _adjoint_step(ctx, field, sw, dt, error)  # a failed one: error inf, rejected
     assert ctx.controller is not None
     decision = ctx.controller.decide(
         -sw.tau, dt, *_controlled(ctx, sw, step), ctx.error_order, sw.controller

@@ -233,13 +233,16 @@ def _context(adjoint, solver, fwd: ForwardPass, saved: SavedPullback, max_steps:
         marks.append(jumps)
     dtype = real_dtype(jax.tree.leaves(fwd.state0.y)[0].dtype)
     rtol, atol = _anchor_tolerances(fwd.problem, dtype)
+    explicit = isinstance(solver, AbstractExplicitSolver)
     return SweepContext(
-        tableau=solver.tableau,
+        tableau=solver.tableau if explicit else None,
+        implicit=None if explicit else solver.for_adjoint_ode(backsolve),
         marks=tuple(marks),
         controller=adjoint.stepsize_controller,
         seminorm=adjoint.seminorm,
         error_order=solver.error_order(fwd.problem.term),
-        stiff_limit=stability_limit(solver.tableau) * STIFF_FRACTION,
+        # an implicit method is stable on the adjoint's stiff modes: no halving
+        stiff_limit=stability_limit(solver.tableau) * STIFF_FRACTION if explicit else None,
         give_up_above=adjoint.give_up_above(),
         rtol=rtol,
         atol=atol,
@@ -303,13 +306,31 @@ def _checked(sw: Sweep, adjoint, max_steps: int):
     ct_y0, g = jax.tree.map(nan, (sw.flow.a, sw.g))
     if adjoint.throw:
         name = type(adjoint).__name__
-        reason = jnp.where(sw.result == RESULTS.dt_min_reached, 2, 1)
+        # dt_min on the forward pass's step times: an implicit step failed however small
+        small = 2 if adjoint.stepsize_controller is not None else 4
+        reason = jnp.where(sw.result == RESULTS.dt_min_reached, small, 1)
         reason = jnp.where(diverged, 0, jnp.where(unstable, 3, reason))
+        if adjoint.stepsize_controller is not None:
+            too_many = (
+                f"{name}: the backward solve reached `max_steps={max_steps}` before `t0`. "
+                f"Pass `{name}(stepsize_controller=None)` to step on the forward pass's "
+                "step times, or use `InterpolatingAdjoint()` or `CheckpointAdjoint()`."
+            )
+        else:
+            too_many = (
+                f"{name}: the backward solve took `2 * max_steps = {2 * max_steps}` steps "
+                "(the forward pass's step times, split where the adjoint ODE needed "
+                "smaller steps) before reaching `t0`. Pass a larger `max_steps`, or use "
+                + (
+                    "`InterpolatingAdjoint()` (`y` is not integrated backwards) or "
+                    if adjoint.integrates_y()
+                    else ""
+                )
+                + "`CheckpointAdjoint()`."
+            )
         messages = [
             RESULTS.backsolve_diverged.message,
-            f"{name}: the backward solve reached `max_steps={max_steps}` before `t0`. "
-            f"Pass `{name}(stepsize_controller=None)` to step on the forward pass's "
-            "step times, or use `InterpolatingAdjoint()` or `CheckpointAdjoint()`.",
+            too_many,
             f"{name}: the backward solve's step size fell below `dtmin`. "
             f"Pass `{name}(stepsize_controller=None)` to step on the forward pass's "
             "step times, or use `CheckpointAdjoint()`.",
@@ -318,6 +339,11 @@ def _checked(sw: Sweep, adjoint, max_steps: int):
             "adjoint ODE was unstable on the steps taken (a stiff mode that the forward "
             f"solution never excited). Pass `{name}(stepsize_controller=PIDController("
             "rtol, atol))` to choose the backward steps, or use `CheckpointAdjoint()`.",
+            f"{name}: an implicit step of the adjoint ODE within a forward step could not "
+            "reach the forward tolerances however small it was taken (its stage solves "
+            "failed or its error estimate stayed too large). Pass "
+            f"`{name}(stepsize_controller=PIDController(rtol, atol))` to choose the "
+            "backward steps with tolerances of your own, or use `CheckpointAdjoint()`.",
         ]
         ct_y0, g = eqx.branched_error_if((ct_y0, g), failed, reason, messages)
     return ct_y0, g

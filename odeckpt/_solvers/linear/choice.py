@@ -6,6 +6,7 @@ See `docs/solver-internals.md`, "Linear solvers".
 """
 
 import abc
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -13,6 +14,8 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import lineax as lx
+import numpy as np
+import scipy.sparse
 from jax.flatten_util import ravel_pytree
 
 from odeckpt._core import from_real_view, real_view
@@ -110,6 +113,60 @@ def check_jac(name: str, jac, jac_sparsity) -> None:
             f"`{name}(jac=..., jac_sparsity=...)`: a given Jacobian is used as it is, "
             "so its sparsity pattern has nothing to do; pass one of them."
         )
+
+
+class AbstractLinearSettings(eqx.Module):
+    """What the implicit solvers' linear algebra shares: a user's `jac`, the
+    `jac_sparsity` pattern and the `preconditioner`; and so the copy of such a solver
+    that steps a continuous adjoint's adjoint ODE. A solver lists it before its
+    `AbstractSolver` base, whose `for_adjoint_ode` says no."""
+
+    jac: eqx.AbstractVar[Callable | None]
+    jac_sparsity: eqx.AbstractVar[Pattern | None]
+    preconditioner: eqx.AbstractVar[Callable | AbstractPreconditioner | None]
+
+    def for_adjoint_ode(self, integrates_y: bool) -> Any:
+        """A copy on the adjoint ODE: the Jacobian from the vector field's products
+        (`jac` describes the forward problem), the pattern and a built-in
+        preconditioner transposed (`adjoint_settings`)."""
+        pattern, preconditioner = adjoint_settings(
+            type(self).__name__, self.jac_sparsity, self.preconditioner, integrates_y
+        )
+        return dataclasses.replace(
+            self, jac=None, jac_sparsity=pattern, preconditioner=preconditioner
+        )
+
+
+def adjoint_settings(name: str, pattern: Pattern | None, preconditioner, integrates_y: bool):
+    """`(jac_sparsity, preconditioner)` of `name`'s copy that integrates a continuous
+    adjoint's adjoint ODE: on `a` its Jacobian is `J^T`, so the pattern is transposed;
+    on `(y, a)` it is `[[-J, 0], [d(J^T a)/dy, J^T]]`, whose lower-left block has the
+    pattern of `P^T P` (row `i`, column `j` where some `f_k` depends on both `y_i` and
+    `y_j`). `None` without a pattern.
+
+    Raises:
+        ValueError: for a preconditioner function, which approximates the inverse of
+            `I - hg J` and not of the adjoint's `I - hg J^T`.
+    """
+    if preconditioner is not None and not isinstance(preconditioner, AbstractPreconditioner):
+        raise ValueError(
+            f"`{name}(preconditioner=...)` approximates the inverse of `I - gamma h "
+            "df/dy`, and the adjoint ODE of a continuous adjoint needs that of `I - gamma "
+            "h (df/dy)^T`: pass the adjoint a solver without it, e.g. "
+            f"`InterpolatingAdjoint(solver={name}(linear_solver=lineax.GMRES(rtol, atol)))`, "
+            "or a built-in preconditioner (`JacobiPreconditioner()`, "
+            "`BlockJacobiPreconditioner(blocks)`) with `jac_sparsity`, or use "
+            "`CheckpointAdjoint()`."
+        )
+    if pattern is None:
+        return None, preconditioner
+    n = pattern.n
+    ones = np.ones(pattern.rows.size)
+    p = scipy.sparse.csr_matrix((ones, (pattern.rows, pattern.cols)), shape=(n, n))
+    adjoint = p.T if not integrates_y else scipy.sparse.bmat([[p, None], [p.T @ p, p.T]])
+    if preconditioner is not None:
+        preconditioner = preconditioner.for_adjoint_ode(n, integrates_y)
+    return scipy.sparse.csr_matrix(adjoint != 0), preconditioner
 
 
 class AbstractStepJacobian(eqx.Module):

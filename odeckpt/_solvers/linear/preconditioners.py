@@ -31,6 +31,13 @@ class AbstractPreconditioner(eqx.Module):
     def check(self, name: str, sparsity: Sparsity) -> None:
         """Refuse a setting that does not fit the state (at trace time)."""
 
+    def for_adjoint_ode(self, n: int, integrates_y: bool) -> "AbstractPreconditioner":
+        """This preconditioner on a continuous adjoint's adjoint ODE, whose state is `a`
+        (`n` elements, the forward state's layout) or `(y, a)` (`2 n`): itself, read
+        from the transposed Jacobian's entries. A subclass whose setting names state
+        elements says where they are in `(y, a)`."""
+        return self
+
 
 class JacobiPreconditioner(AbstractPreconditioner):
     """`diag(I - gamma h J)^-1`: cheap, and enough where the stiffness is local (fast
@@ -115,6 +122,14 @@ class BlockJacobiPreconditioner(AbstractPreconditioner):
 
     def check(self, name, sparsity) -> None:
         _ = self._index(name, sparsity)
+
+    def for_adjoint_ode(self, n: int, integrates_y: bool) -> "BlockJacobiPreconditioner":
+        """The same blocks of `a`; on `(y, a)` also of `y` (consecutive blocks of `b`
+        elements stay consecutive blocks of `2 n`)."""
+        if isinstance(self.blocks, int) or not integrates_y:
+            return self
+        index = np.asarray(self.blocks, np.int64)
+        return BlockJacobiPreconditioner(np.concatenate([index, index + n]))
 
     def inverse(self, sparsity, values, hg) -> lx.AbstractLinearOperator:
         index = self._index("BlockJacobiPreconditioner", sparsity)

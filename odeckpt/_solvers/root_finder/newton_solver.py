@@ -23,7 +23,7 @@ DEFAULT_ROOT_FINDER = VeryChord(rtol=1e-8, atol=1e-10)
 """The root finder of an implicit solver built without tolerances (kappa `1e-2`)."""
 
 
-class AbstractNewtonSolver(AbstractImplicitSolver):
+class AbstractNewtonSolver(choice.AbstractLinearSettings, AbstractImplicitSolver):
     """An implicit solver whose stages are solved by simplified Newton (`newton.py`).
 
     Attributes:

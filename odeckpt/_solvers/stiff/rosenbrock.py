@@ -33,7 +33,7 @@ _JAC_MISMATCH = (
 )
 
 
-class AbstractRosenbrock(AbstractAdaptiveSolver):
+class AbstractRosenbrock(choice.AbstractLinearSettings, AbstractAdaptiveSolver):
     """A Rosenbrock method defined by its `tableau`.
 
     Attributes:
