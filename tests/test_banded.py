@@ -21,16 +21,16 @@ from odeckpt._solvers.linear.banded import (
     solve_banded,
 )
 
-SHAPES = [  # (n, kl, ku)
-    (1, 0, 0),
+SHAPES = [  # (n, kl, ku); slow: a second n = 1 and two more general bands (as 40-2-3)
+    pytest.param(1, 0, 0, marks=pytest.mark.slow),
     (1, 2, 3),
     (3, 4, 5),
     (6, 0, 0),
     (9, 0, 2),
     (9, 3, 0),
-    (30, 1, 1),
+    pytest.param(30, 1, 1, marks=pytest.mark.slow),
     (40, 2, 3),
-    (40, 4, 1),
+    pytest.param(40, 4, 1, marks=pytest.mark.slow),
 ]
 
 
@@ -114,7 +114,16 @@ def test_zero_diagonal_needs_pivoting():
     np.testing.assert_allclose(xt, np.linalg.solve(a.T, b), rtol=1e-13)
 
 
-@pytest.mark.parametrize("n, kl, ku", [(1, 0, 0), (3, 4, 5), (9, 3, 0), (40, 2, 3)])
+# 3-4-5 and 9-3-0: slow; their bands run in the vector solves above
+@pytest.mark.parametrize(
+    "n, kl, ku",
+    [
+        (1, 0, 0),
+        pytest.param(3, 4, 5, marks=pytest.mark.slow),
+        pytest.param(9, 3, 0, marks=pytest.mark.slow),
+        (40, 2, 3),
+    ],
+)
 def test_matrix_rhs_solves_each_column(n, kl, ku):
     rng = np.random.default_rng(1)
     a = random_banded(rng, n, kl, ku)
@@ -125,7 +134,10 @@ def test_matrix_rhs_solves_each_column(n, kl, ku):
     assert_solves(a.T, xt, b, np.finfo(np.float64).eps)
 
 
-@pytest.mark.parametrize("dtype", [np.complex128, np.complex64, np.float32])
+# complex64: slow; complex128 and float32 cover complex and single precision
+@pytest.mark.parametrize(
+    "dtype", [np.complex128, pytest.param(np.complex64, marks=pytest.mark.slow), np.float32]
+)
 def test_complex_and_single_precision(dtype):
     """Complex solves do not conjugate (`matrix^T`, not `matrix^H`)."""
     n, kl, ku = 30, 2, 3

@@ -58,14 +58,13 @@ SAVEATS = {
 
 
 EVERY_COUNT_FAST = {
-    ("t1", "1"),
-    ("ts", "2"),
     ("ts+t1", "3"),
     ("steps", "5"),
-    ("ts", "9"),
-    ("ts+t1", "40"),
 }
-"""Each SaveAt mode and each count once by default; `-m slow` runs every pair."""
+"""`ts+t1` (the rows of `ts` and of `t1`) and `steps` by default; `-m slow` runs every
+pair. The other counts: c = 1 in test_gradients.py's
+test_every_checkpoint_count_gives_the_stored_gradient, c = 40 in
+test_windows_where_every_step_pushes_keep_the_plan_and_the_gradient."""
 
 
 @pytest.mark.parametrize(
@@ -81,7 +80,9 @@ def test_every_checkpoint_count_gives_the_stored_gradient(save, c):
         np.testing.assert_allclose(b, a, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("c", [None, 4])
+# the other checkpoint count: slow; test_every_checkpoint_count_gives_the_stored_gradient
+# covers the path
+@pytest.mark.parametrize("c", [None, pytest.param(4, marks=pytest.mark.slow)])
 def test_gradient_matches_matrix_exponential(c):
     def exact(y0, a):
         return sum(
@@ -95,10 +96,12 @@ def test_gradient_matches_matrix_exponential(c):
         np.testing.assert_allclose(g, e, rtol=1e-8)
 
 
+# forwards in time: slow; test_gradients.py's test_gradient_with_respect_to_t1 and
+# test_reversible_adjoint.py's test_equals_checkpoint_adjoint (t0 and t1) cover the path
 @pytest.mark.parametrize(
     "direction, c",
     [
-        (1.0, None),
+        pytest.param(1.0, None, marks=pytest.mark.slow),
         pytest.param(-1.0, None, marks=pytest.mark.slow),
         pytest.param(1.0, 3, marks=pytest.mark.slow),
         (-1.0, 3),
@@ -171,10 +174,11 @@ def test_replays_without_error_control_give_the_same_gradient(direction, monkeyp
         np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-13)
 
 
+# forwards in time: slow; the backwards case covers the path
 @pytest.mark.parametrize(
     "direction, c",
     [
-        (1.0, None),
+        pytest.param(1.0, None, marks=pytest.mark.slow),
         pytest.param(-1.0, None, marks=pytest.mark.slow),
         pytest.param(1.0, 2, marks=pytest.mark.slow),
         (-1.0, 2),
@@ -250,9 +254,15 @@ def test_equinox_module_parameters_get_gradients():
     assert float(jnp.max(jnp.abs(stored.layer.weight))) > 0
 
 
+# every step stored: slow; test_reversible_adjoint.py's test_vmap_and_float32 batches
+# `CheckpointAdjoint()`'s gradient over solves of different step counts
 @pytest.mark.parametrize(
     ("c", "schedule"),
-    [pytest.param(3, "table", marks=pytest.mark.slow), (3, "traced"), (None, "all")],
+    [
+        pytest.param(3, "table", marks=pytest.mark.slow),
+        (3, "traced"),
+        pytest.param(None, "all", marks=pytest.mark.slow),
+    ],
 )
 def test_vmapped_gradients_equal_unbatched(c, schedule, monkeypatch):
     """Batch elements take different numbers of steps: the loops run while any element
@@ -381,11 +391,11 @@ def _counting_field():
     return vf, calls
 
 
+# Each schedule once by default; the other sizes: slow (the same plans, longer).
 @pytest.mark.parametrize(
     "n_c, schedule",
     sampled_matrix(
-        {(nc, s) for nc in ("10_3", "37_4") for s in ("table", "traced", "known")}
-        | {("200_90", "traced")},
+        {("10_3", "table"), ("37_4", "traced"), ("37_4", "known")},
         n_c=["10_3", "37_4", "60_2", "7_1", "25_25", "200_90"],
         schedule=["table", "traced", "known"],
     ),
@@ -432,10 +442,12 @@ def _planned_evaluations(n, c, schedule):
     return 1 + 6 * plan.total + restores
 
 
+# Tabled plans in small windows: slow; test_rejected_steps_cost_no_backward_evaluations
+# and test_windows_where_every_step_pushes_keep_the_plan_and_the_gradient cover the path.
 @pytest.mark.parametrize(
     "schedule, w",
     sampled_matrix(
-        {("table", "2"), ("traced", "5")},
+        {("traced", "5")},
         schedule=["table", "traced", "known", "all"],
         w=["2", "5"],
     ),
@@ -478,7 +490,11 @@ def test_small_windows_keep_the_plan_and_the_gradient(schedule, w, monkeypatch):
     np.testing.assert_allclose(got, reference, rtol=1e-12)
 
 
-@pytest.mark.parametrize("w", ["2", "5", "32"])
+# the larger windows: slow; w = 2 covers the path
+@pytest.mark.parametrize(
+    "w",
+    ["2", pytest.param("5", marks=pytest.mark.slow), pytest.param("32", marks=pytest.mark.slow)],
+)
 def test_windows_where_every_step_pushes_keep_the_plan_and_the_gradient(w, monkeypatch):
     """With checkpoints for more than half the steps, Revolve stores the state after
     every step of a window, the last one on arriving at its end: a window of w rows of
@@ -682,13 +698,15 @@ def test_fixed_step_counts_are_known_before_the_solve(t0, t1, dt0, expected):
     assert traced(t1) == 0  # unknown when traced: the online placement is used
 
 
+# backwards in time: slow; test_save_time_at_t0_has_the_one_sided_derivative covers
+# backwards constant steps' time gradients, recomputed
 @pytest.mark.parametrize(
     ("direction", "c"),
     [
         (1.0, None),
         pytest.param(-1.0, None, marks=pytest.mark.slow),
         pytest.param(1.0, 3, marks=pytest.mark.slow),
-        (-1.0, 3),
+        pytest.param(-1.0, 3, marks=pytest.mark.slow),
     ],
 )
 def test_fixed_step_time_gradients_move_the_whole_grid(direction, c):

@@ -118,7 +118,15 @@ def _check_value_and_grad(adjoint, inner, backwards, tol):
 _TOL = {"pid": 1e-7, "constant": 1e-7}
 
 
-@pytest.mark.parametrize("adjoint", ADJOINTS)
+# The second checkpoint counts: slow (`checkpoint` and `interpolating` cover the paths);
+# `backsolve`: slow, test_dosing_gradients_constant_and_backwards covers it (backwards).
+@pytest.mark.parametrize(
+    "adjoint",
+    [
+        a if a in ("checkpoint", "interpolating") else pytest.param(a, marks=pytest.mark.slow)
+        for a in ADJOINTS
+    ],
+)
 def test_dosing_gradients_every_adjoint(adjoint):
     """Forward, adaptive: value and gradients (y0, k, doses) against the closed form."""
     _check_value_and_grad(adjoint, "pid", False, _TOL["pid"])
@@ -150,7 +158,9 @@ def test_without_jump_ts_the_answer_is_worse():
     assert abs(float(sol.ys[0]) - float(_closed(*p, JUMPS))) > 1e-5
 
 
-@pytest.mark.parametrize("backwards", [False, True])
+# forwards in time: slow; the backwards case and test_gradient_with_respect_to_the_jump_time
+# cover the path
+@pytest.mark.parametrize("backwards", [pytest.param(False, marks=pytest.mark.slow), True])
 def test_forward_mode_jvp(backwards):
     p, tangent = _params(), (jnp.asarray(0.3), jnp.asarray(-0.5), jnp.asarray([0.2, 1.0, -1.0]))
     t0, t1 = (T_END, 0.0) if backwards else (0.0, T_END)
@@ -273,7 +283,9 @@ def test_vmap_over_doses_and_jump_times(adjoint):
     [
         pytest.param("standard", "pid", marks=pytest.mark.slow),
         ("strict", "pid"),
-        ("strict", "constant"),
+        # float32 twice: slow; `pid` covers the path (and
+        # test_dosing_gradients_constant_and_backwards the clipped constant steps)
+        pytest.param("strict", "constant", marks=pytest.mark.slow),
     ],
 )
 def test_float32(promotion, inner):
@@ -312,7 +324,8 @@ def test_jumps_cost_fewer_steps_and_steps_stop_just_before():
         assert np.nextafter(j, -np.inf) in np.asarray(clipped.ts)
 
 
-@pytest.mark.parametrize("backwards", [False, True])
+# forwards in time: slow; the backwards cases cover the path
+@pytest.mark.parametrize("backwards", [pytest.param(False, marks=pytest.mark.slow), True])
 @pytest.mark.parametrize("inner", INNER)
 def test_step_ts_are_landed_on(inner, backwards):
     controller, dt0 = INNER[inner]

@@ -54,13 +54,13 @@ PID = oc.PIDController(rtol=1e-8, atol=1e-8)
 
 
 FIELDS = {"schrodinger": (schrodinger, schrodinger_exact), "phase": (phase, phase_exact)}
-# The default run: each solver family once in complex128, and complex64 once.
+# The default run: each solver family once in complex128, and complex64 once; the SDIRK
+# methods in test_stiff_solvers_use_the_real_jacobian_of_a_nonholomorphic_field.
 FAST_CASES = {
     ("Euler", "schrodinger", "complex128"),
     ("Tsit5", "phase", "complex128"),
     ("Tsit5", "schrodinger", "complex64"),
     ("Rodas5P", "schrodinger", "complex128"),
-    ("Kvaerno3", "phase", "complex64"),
 }
 
 
@@ -182,7 +182,15 @@ CONTROLLERS = {
 
 # diffrax warns that its complex support is a work in progress.
 @pytest.mark.filterwarnings("ignore:Complex dtype")
-@pytest.mark.parametrize("controller, dt0", CONTROLLERS.values(), ids=CONTROLLERS.keys())
+# `pid`: slow; `pi` (the same controller, other coefficients) covers the path
+@pytest.mark.parametrize(
+    "controller, dt0",
+    [
+        pytest.param(*v, marks=pytest.mark.slow) if k == "pid" else pytest.param(*v)
+        for k, v in CONTROLLERS.items()
+    ],
+    ids=CONTROLLERS.keys(),
+)
 def test_adaptive_steps_match_diffrax(controller, dt0):
     # The error norm is the RMS of |z|: the same accepted and rejected steps as diffrax.
     kwargs = dict(
@@ -233,7 +241,10 @@ SAVEATS = {
 }
 
 
-@pytest.mark.parametrize("direction", [1, -1], ids=["forward", "backward"])
+# forwards in time: slow; the backwards cases cover the paths
+@pytest.mark.parametrize(
+    "direction", [pytest.param(1, marks=pytest.mark.slow), -1], ids=["forward", "backward"]
+)
 @pytest.mark.parametrize("saveat", SAVEATS.values(), ids=SAVEATS.keys())
 def test_every_output_against_closed_form(saveat, direction):
     t0, t1 = (0.0, T1) if direction > 0 else (T1, 0.0)
@@ -296,8 +307,8 @@ def _loss(adjoint, saveat, t0=0.0, t1=T1):
     return loss
 
 
+# `checkpoint`: slow; `checkpoint_3` (a second checkpoint count) covers the path
 FAST_GRADS = {
-    ("checkpoint", "ts", "forward"),
     ("checkpoint_3", "steps", "backward"),
     ("backsolve", "t0-t1", "backward"),
     ("interpolating", "ts", "forward"),

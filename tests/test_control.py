@@ -76,8 +76,23 @@ def _inputs():
     return jnp.asarray(0.7), jnp.asarray([1.3]), jnp.asarray(DATA[:, None])
 
 
-@pytest.mark.parametrize("form", ["increments", "ode"])
-@pytest.mark.parametrize("kind", ["linear", "cubic", "hermite"])
+# Each kind and each form by default; the other cases are slow: linear and cubic
+# paths by increments are checked against the closed form by
+# test_vmap_over_paths_and_per_path_gradients and test_backwards_in_time_and_under_jit,
+# the Hermite path as an ODE by test_scalar_gradients[hermite-forward-ode].
+SLOW_CLOSED_FORMS = {("linear", "increments"), ("cubic", "increments"), ("hermite", "ode")}
+
+
+@pytest.mark.parametrize(
+    "kind, form",
+    [
+        pytest.param(
+            kind, form, marks=pytest.mark.slow if (kind, form) in SLOW_CLOSED_FORMS else ()
+        )
+        for form in ("increments", "ode")
+        for kind in ("linear", "cubic", "hermite")
+    ],
+)
 def test_scalar_closed_form(kind, form):
     a, y0, data = _inputs()
     got = solve_scalar(a, y0, data, kind, form=form)
@@ -118,7 +133,19 @@ DEFAULT_GRADIENTS = [
 ]
 
 
-@pytest.mark.parametrize("kind,adjoint,form", DEFAULT_GRADIENTS)
+# CheckpointAdjoint's case: slow; test_gradients_match_central_differences takes the same
+# gradient (cubic path, by increments) and test_vmap_over_paths_and_per_path_gradients
+# checks it against the closed form on a linear path.
+SLOW_GRADIENTS = {("cubic", "checkpoint", "increments")}
+
+
+@pytest.mark.parametrize(
+    "kind,adjoint,form",
+    [
+        pytest.param(*c, marks=pytest.mark.slow if c in SLOW_GRADIENTS else ())
+        for c in DEFAULT_GRADIENTS
+    ],
+)
 def test_scalar_gradients(kind, adjoint, form):
     _check_gradients(kind, adjoint, form)
 

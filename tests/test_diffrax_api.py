@@ -163,8 +163,16 @@ def test_half_solver_gradient_is_that_of_its_discretisation(adjoint):
     np.testing.assert_allclose(derivative, exact, rtol=1e-13)
 
 
-@pytest.mark.parametrize("adjoint", [oc.InterpolatingAdjoint(), oc.BacksolveAdjoint()])
-@pytest.mark.parametrize("t1", [2.0, -2.0])
+# Each adjoint once, BacksolveAdjoint's backwards in time; the other two cases: slow.
+@pytest.mark.parametrize(
+    "t1, adjoint",
+    [
+        pytest.param(2.0, oc.InterpolatingAdjoint(), id="2.0-adjoint0"),
+        pytest.param(-2.0, oc.InterpolatingAdjoint(), id="-2.0-adjoint0", marks=pytest.mark.slow),
+        pytest.param(2.0, oc.BacksolveAdjoint(), id="2.0-adjoint1", marks=pytest.mark.slow),
+        pytest.param(-2.0, oc.BacksolveAdjoint(), id="-2.0-adjoint1"),
+    ],
+)
 def test_half_solver_under_continuous_adjoints(adjoint, t1):
     # The adjoint ODE runs with the wrapped method; y(t1) = y0 exp(-a t1), so
     # d y(t1) / d(y0, a) = (exp(-a t1), -t1 y0 exp(-a t1)), to the solve's tolerance.
@@ -383,9 +391,15 @@ _SPLIT = oc.MultiTerm(
 )
 
 
+# Kvaerno5: slow; test_control.py::test_multiterm_with_implicit_and_imex_solvers sums a
+# MultiTerm with it (and with Rodas5P)
 @pytest.mark.parametrize(
     "solver",
-    [oc.Tsit5(), oc.Kvaerno5(), pytest.param(oc.Rodas5P(), marks=pytest.mark.slow)],
+    [
+        oc.Tsit5(),
+        pytest.param(oc.Kvaerno5(), marks=pytest.mark.slow),
+        pytest.param(oc.Rodas5P(), marks=pytest.mark.slow),
+    ],
     ids=["Tsit5", "Kvaerno5", "Rodas5P"],
 )
 def test_multiterm_sums_its_terms(solver):

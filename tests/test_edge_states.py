@@ -56,10 +56,27 @@ CONTROLLERS = {
 }
 
 
+# By default each state under PID (whose steps the norm of nothing decides) and one
+# under constant steps; the other constant-step cases and the (3, 0) leaf (a bigger
+# case of the (0,) one) are slow.
+DIFFRAX_DEFAULT = {"None-pid", "dict-pid", "zero-pid", "dict-constant"}
+
+
 # diffrax 0.7.2 refuses `y0=()` ("Only arrays can be treated as buffers"); odeckpt
 # solves it like `{}` (`test_empty_tuple`).
-@pytest.mark.parametrize("controller, reference, dt0", CONTROLLERS.values(), ids=CONTROLLERS.keys())
-@pytest.mark.parametrize("y0", [STATES[k] for k in DIFFRAX], ids=DIFFRAX)
+@pytest.mark.parametrize(
+    "y0, controller, reference, dt0",
+    [
+        pytest.param(
+            STATES[state],
+            *CONTROLLERS[control],
+            id=f"{state}-{control}",
+            marks=() if f"{state}-{control}" in DIFFRAX_DEFAULT else pytest.mark.slow,
+        )
+        for control in CONTROLLERS
+        for state in DIFFRAX
+    ],
+)
 def test_outputs_and_steps_match_diffrax(y0, controller, reference, dt0):
     y0 = jax.tree.map(jnp.asarray, y0)
     saveat = dict(ts=TS, dense=True)
@@ -115,7 +132,10 @@ SOLVERS = [oc.Tsit5(), pytest.param(oc.Kvaerno5(), marks=pytest.mark.slow), oc.R
 
 
 @pytest.mark.parametrize("solver", SOLVERS, ids=["Tsit5", "Kvaerno5", "Rodas5P"])
-@pytest.mark.parametrize("shape", [(0,), (3, 0)], ids=["0", "3x0"])
+# the (3, 0) leaf: slow, a bigger case of the (0,) one
+@pytest.mark.parametrize(
+    "shape", [(0,), pytest.param((3, 0), marks=pytest.mark.slow)], ids=["0", "3x0"]
+)
 def test_zero_size_leaf_leaves_the_other_steps_alone(shape, solver):
     y = jnp.asarray([1.0, 0.5])
     solve = lambda y0: oc.diffeqsolve(

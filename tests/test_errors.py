@@ -250,9 +250,19 @@ ADJOINTS = [
 ]
 
 
-@pytest.mark.parametrize("adjoint", ADJOINTS, ids=lambda a: f"{type(a).__name__}-{a.checkpoints}")
+SAVEATS = {"t1": oc.SaveAt(t1=True), "ts+t1": oc.SaveAt(ts=[0.5], t1=True)}
+
+
+def _zero_length_case(saveat, adjoint):
+    """Each adjoint class by default, once, saving `ts` and `t1`; `t1` alone and the
+    second checkpoint count are slow (the same paths, fewer outputs or another count)."""
+    name = f"{saveat}-{type(adjoint).__name__}-{adjoint.checkpoints}"
+    fast = saveat == "ts+t1" and adjoint.checkpoints is None
+    return pytest.param(SAVEATS[saveat], adjoint, id=name, marks=() if fast else pytest.mark.slow)
+
+
 @pytest.mark.parametrize(
-    "saveat", [oc.SaveAt(t1=True), oc.SaveAt(ts=[0.5], t1=True)], ids=["t1", "ts+t1"]
+    "saveat, adjoint", [_zero_length_case(s, a) for a in ADJOINTS for s in SAVEATS]
 )
 def test_zero_length_solve_gradients(adjoint, saveat):
     y0 = jnp.asarray(DECAY.y0)
@@ -266,7 +276,12 @@ def test_zero_length_solve_gradients(adjoint, saveat):
     assert float(g_a) == 0.0
 
 
-@pytest.mark.parametrize("t0, t1", [(0.5, 0.5), (-1.0, -1.0)], ids=["forward", "negative"])
+# negative times: slow; the same zero-length path as `forward`
+@pytest.mark.parametrize(
+    "t0, t1",
+    [(0.5, 0.5), pytest.param(-1.0, -1.0, marks=pytest.mark.slow)],
+    ids=["forward", "negative"],
+)
 def test_zero_length_solve_time_gradients(t0, t1):
     # y(t1) = y0 exp(-a (t1 - t0)): dy/dt1 = -a y0 and dy/dt0 = a y0 at t1 = t0.
     y0, a = jnp.asarray(DECAY.y0), 0.7

@@ -95,13 +95,15 @@ def test_solver_state_at_the_event_is_the_field_there(adjoint):
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-8)
 
 
+# the velocity, recomputed: slow; `all-time` (another checkpoint count) and
+# test_solver_state_at_the_event_is_the_field_there (the velocity's gradient) cover the path
 @pytest.mark.parametrize(
     "adjoint, output",
     [
         (oc.CheckpointAdjoint(), 0),
         pytest.param(oc.CheckpointAdjoint(), 1, marks=pytest.mark.slow),
         pytest.param(oc.CheckpointAdjoint(checkpoints=4), 0, marks=pytest.mark.slow),
-        (oc.CheckpointAdjoint(checkpoints=4), 1),
+        pytest.param(oc.CheckpointAdjoint(checkpoints=4), 1, marks=pytest.mark.slow),
     ],
     ids=["all-time", "all-velocity", "c4-time", "c4-velocity"],
 )
@@ -315,7 +317,12 @@ def test_pytree_and_complex_states():
     np.testing.assert_allclose(sol.ys["w"][0], [jnp.pi / 3] * 2, atol=1e-9)
 
 
-@pytest.mark.parametrize("root", [1 / 3, 2 ** (1 / 3)], ids=["third", "cube-root-2"])
+# 1/3: slow; the cube root of 2 covers the path
+@pytest.mark.parametrize(
+    "root",
+    [pytest.param(1 / 3, marks=pytest.mark.slow), 2 ** (1 / 3)],
+    ids=["third", "cube-root-2"],
+)
 def test_crossing_located_to_a_few_ulp(root):
     # y = t (up to the rounding of Tsit5's dense output): the condition changes sign on
     # the step's polynomial within a few ulp either side of the located time.

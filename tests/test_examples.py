@@ -41,12 +41,13 @@ EXAMPLES = [
         id="damped_system",
         marks=pytest.mark.slow,
     ),
-    pytest.param(
+    pytest.param(  # jacrev through events, ~37 s: neural_ode runs an example by default
         "bouncing_ball",
         ["--quick", "--bounces", "2"],
         ["bouncing_ball.png"],
         "parameter error",
         id="bouncing_ball",
+        marks=pytest.mark.slow,
     ),
     pytest.param(
         "memory_tradeoff",

@@ -82,8 +82,17 @@ def test_a_repeated_knot_is_a_jump_taken_from_either_side():
     np.testing.assert_allclose(slope_at(path, [1.0], left=False), [2.0])
 
 
-@pytest.mark.parametrize("deriv0", [None, 0.4], ids=["forward_difference", "deriv0"])
-@pytest.mark.parametrize("shape", [(8,), (8, 3)], ids=["scalar", "channels"])
+# channels with the forward difference: slow; `scalar-forward_difference` and
+# `channels-deriv0` cover the path
+@pytest.mark.parametrize(
+    "deriv0, shape",
+    [
+        pytest.param(None, (8,), id="scalar-forward_difference"),
+        pytest.param(None, (8, 3), id="channels-forward_difference", marks=pytest.mark.slow),
+        pytest.param(0.4, (8,), id="scalar-deriv0"),
+        pytest.param(0.4, (8, 3), id="channels-deriv0"),
+    ],
+)
 def test_backward_hermite_matches_scipy(deriv0, shape):
     ys = YS[:, 0] if shape == (8,) else YS
     kwargs = {} if deriv0 is None else {"deriv0": jnp.full(shape[1:], deriv0)}
@@ -511,11 +520,11 @@ def test_forced_ode_matches_scipy(kind, direction):
 
 _QUICK = {
     ("checkpoint", "cubic", "forward"),
-    ("checkpoint_3", "linear", "backward"),
     ("backsolve", "linear", "forward"),
     ("interpolating", "cubic", "backward"),
 }
-"""The default run keeps these (each adjoint, kind and direction once); the rest are
+"""The default run keeps these (each adjoint, kind and direction once; `checkpoint_3`, a
+second checkpoint count, in `-m slow`, `checkpoint` covering its path); the rest are
 marked slow."""
 
 GRADIENT_CASES = [

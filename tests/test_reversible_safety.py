@@ -109,8 +109,19 @@ def test_constant_step_gradient_330_percent_off_is_refused():
         _grad(16.0, oc.ReversibleAdjoint(), max_amplification=None)
 
 
-@pytest.mark.parametrize("t1", [4.0, 8.0, 12.0])
-@pytest.mark.parametrize("max_amplification", [1.0, None])
+# The default run: t1 = 4 with the forward monitor off, and a longer horizon with it on
+# and off; the other cases (the same paths at other horizons): slow.
+_CONSTANT_STEP_DEFAULT = {(None, 4.0), (1.0, 8.0), (None, 12.0)}
+
+
+@pytest.mark.parametrize(
+    "max_amplification, t1",
+    [
+        pytest.param(m, t1, marks=() if (m, t1) in _CONSTANT_STEP_DEFAULT else pytest.mark.slow)
+        for m in (1.0, None)
+        for t1 in (4.0, 8.0, 12.0)
+    ],
+)
 def test_constant_step_gradient_is_right_or_refused(t1, max_amplification):
     """Right to the default `gradient_tol` against `CheckpointAdjoint` through the same
     solver, or refused: by the forward monitor (raised by the solve) or by the backward
@@ -133,10 +144,13 @@ def _check(outcome: family.Outcome, dtype):
     assert np.all(errors <= family.tolerance(dtype)), (outcome.horizon[returned], errors)
 
 
+# constant steps: slow; test_constant_step_gradient_is_right_or_refused and
+# test_constant_step_gradient_330_percent_off_is_refused cover the backward pass's refusal
+# at constant steps
 @pytest.mark.parametrize(
     "kind, adaptive",
     [
-        (family.KINDS[0], False),
+        pytest.param(family.KINDS[0], False, marks=pytest.mark.slow),
         (family.KINDS[3], True),
     ],
     ids=["damped linear, constant", "neural ODE, adaptive"],

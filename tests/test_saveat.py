@@ -323,7 +323,10 @@ def _dense(direction=1, y0=_Y0, **kwargs):
     )
 
 
-@pytest.mark.parametrize("direction", [1, -1], ids=["forward", "backward"])
+# forwards in time: slow; the backwards case covers the path
+@pytest.mark.parametrize(
+    "direction", [pytest.param(1, marks=pytest.mark.slow), -1], ids=["forward", "backward"]
+)
 def test_derivative_matches_the_closed_form_and_evaluate(direction):
     sol = _dense(direction)
     t0 = 0.0 if direction > 0 else 1.0
@@ -336,7 +339,10 @@ def test_derivative_matches_the_closed_form_and_evaluate(direction):
     np.testing.assert_allclose(sol.derivative(ts[2]), slope[2], rtol=1e-14)
 
 
-@pytest.mark.parametrize("direction", [1, -1], ids=["forward", "backward"])
+# forwards in time: slow; the backwards case covers the path
+@pytest.mark.parametrize(
+    "direction", [pytest.param(1, marks=pytest.mark.slow), -1], ids=["forward", "backward"]
+)
 def test_derivative_at_a_step_boundary_takes_the_side_asked_for(direction):
     """Euler's steps of 0.25: the polynomials of the steps on either side of t = 0.5
     have different slopes there; `left` is the one below 0.5 in `t` (the earlier step
@@ -352,7 +358,10 @@ def test_derivative_at_a_step_boundary_takes_the_side_asked_for(direction):
     np.testing.assert_allclose(sol.evaluate(0.5, left=False), sol.evaluate(0.5), rtol=1e-15)
 
 
-@pytest.mark.parametrize("direction", [1, -1], ids=["forward", "backward"])
+# forwards in time: slow; the backwards case covers the path
+@pytest.mark.parametrize(
+    "direction", [pytest.param(1, marks=pytest.mark.slow), -1], ids=["forward", "backward"]
+)
 def test_evaluate_with_t1_is_the_increment(direction):
     sol = _dense(direction)
     t0 = 0.0 if direction > 0 else 1.0

@@ -163,10 +163,12 @@ REVERSE = ["checkpoint", "checkpoint4", "checkpoint32", "interpolating", "backso
 # Default run: a few representative cells
 
 
+# recomputed steps: slow; test_forward_over_reverse_of_a_compiled_solve_or_gradient
+# covers forward over reverse through `CheckpointAdjoint(checkpoints=4)`
 @pytest.mark.parametrize(
     "mode, adjoint, solver, saveat",
     [
-        ("hessian", "checkpoint4", "Tsit5", "t1"),
+        pytest.param("hessian", "checkpoint4", "Tsit5", "t1", marks=pytest.mark.slow),
         ("jacfwd_grad", "checkpoint", "Tsit5", "t1"),
         ("vmap_hvp", "interpolating", "Tsit5", "t1"),
         ("hessian", "backsolve", "Tsit5", "t1"),
@@ -187,7 +189,11 @@ COMPILED_MODES = {
     "adjoint",
     [a if a == "checkpoint4" else pytest.param(a, marks=pytest.mark.slow) for a in REVERSE],
 )
-@pytest.mark.parametrize("mode", list(COMPILED_MODES))
+# `hessian_jit`: slow; `vmap_hvp_jit` covers forward over reverse of a compiled solve
+@pytest.mark.parametrize(
+    "mode",
+    [pytest.param(m, marks=pytest.mark.slow) if m == "hessian_jit" else m for m in COMPILED_MODES],
+)
 def test_forward_over_reverse_of_a_compiled_solve_or_gradient(mode, adjoint):
     """Forward over reverse around a solve or gradient compiled on its own, outside
     `jax.jit` (the refusal of reverse over reverse there must not catch it)."""
@@ -307,11 +313,13 @@ REVERSE_MODES = {
 _REVERSE_OVER_REVERSE = ("grad_grad", "grad_grad_jit")
 
 
+# `grad`: slow; `hessian` (forward over `jax.jacrev`) covers reverse mode seen as such
+# through `ForwardMode()`
 @pytest.mark.parametrize(
     "mode",
     [
         m
-        if m in ("grad", "grad_jit", "hessian", "grad_grad_jit")
+        if m in ("grad_jit", "hessian", "grad_grad_jit")
         else pytest.param(m, marks=pytest.mark.slow)
         for m in REVERSE_MODES
     ],

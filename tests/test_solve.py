@@ -27,9 +27,14 @@ def _solve(problem, t0, t1, dt0, y0=None, args=None, **kwargs):
 # Direction of integration
 
 
+# constant steps: slow; test_backwards_solve_is_the_mirrored_forward_solve covers the path
 @pytest.mark.parametrize(
     "controller, dt0",
-    [(oc.ConstantStepSize(), -0.01), (TIGHT, -0.1), (TIGHT, None)],
+    [
+        pytest.param(oc.ConstantStepSize(), -0.01, marks=pytest.mark.slow),
+        (TIGHT, -0.1),
+        (TIGHT, None),
+    ],
     ids=["constant", "pid", "pid-dt0=None"],
 )
 def test_backwards_in_time_matches_closed_form(controller, dt0):
@@ -120,7 +125,15 @@ SAVEAT_CASES = [
 ]
 
 
-@pytest.mark.parametrize("which", SAVEAT_CASES, ids=["-".join(c) for c in SAVEAT_CASES])
+# `ts` with `steps`: slow; `t0-ts-steps-t1` covers the interleaving
+@pytest.mark.parametrize(
+    "which",
+    [
+        pytest.param(c, marks=pytest.mark.slow) if c == dict(ts=True, steps=True) else c
+        for c in SAVEAT_CASES
+    ],
+    ids=["-".join(c) for c in SAVEAT_CASES],
+)
 def test_saveat_layout(which):
     # Four constant steps of 0.25 on [0, 1]; max_steps=6 leaves two unused step rows.
     problem = DECAY
@@ -158,7 +171,8 @@ def test_saveat_layout(which):
     np.testing.assert_allclose(np.asarray(sol.ys)[finite], expected_ys, rtol=1e-5)
 
 
-@pytest.mark.parametrize("direction", [1.0, -1.0])
+# forwards in time: slow; the backwards case covers the path
+@pytest.mark.parametrize("direction", [pytest.param(1.0, marks=pytest.mark.slow), -1.0])
 def test_empty_save_times_save_no_rows(direction):
     problem = DECAY
     t0, t1 = (0.0, 1.0) if direction > 0 else (1.0, 0.0)
@@ -250,9 +264,13 @@ def test_pytree_state():
     )
 
 
+# float32 twice: constant steps slow; the adaptive case covers the path
 @pytest.mark.parametrize(
     "controller, dt0",
-    [(oc.ConstantStepSize(), 0.01), (oc.PIDController(rtol=1e-5, atol=1e-6), None)],
+    [
+        pytest.param(oc.ConstantStepSize(), 0.01, marks=pytest.mark.slow),
+        (oc.PIDController(rtol=1e-5, atol=1e-6), None),
+    ],
     ids=["constant", "pid"],
 )
 def test_float32_state_stays_float32(controller, dt0):
@@ -305,7 +323,8 @@ def test_jit_matches_eager():
     assert int(jitted.stats["num_steps"]) == int(eager.stats["num_steps"])
 
 
-@pytest.mark.parametrize("over", ["y0", "args"])
+# batched `args`: slow; batched `y0` covers the path
+@pytest.mark.parametrize("over", ["y0", pytest.param("args", marks=pytest.mark.slow)])
 def test_vmap_matches_each_solve(over):
     y0s = jnp.asarray([[1.0, 1.0], [2.0, 0.5], [0.5, 3.0]])
     argss = [_lv_args(s) for s in (1.0, 0.8, 1.3)]
@@ -384,7 +403,17 @@ def test_grad_through_closure_over_traced_value():
     np.testing.assert_allclose(jax.grad(loss)(k), expected, rtol=1e-8)
 
 
-@pytest.mark.parametrize("num_ts", [1, 7, 256, 257, 1000])
+# 7 and 1000: slow; 1 and 256 cover the comparisons, 257 the binary search
+@pytest.mark.parametrize(
+    "num_ts",
+    [
+        1,
+        pytest.param(7, marks=pytest.mark.slow),
+        256,
+        257,
+        pytest.param(1000, marks=pytest.mark.slow),
+    ],
+)
 def test_save_times_are_counted_like_a_binary_search(num_ts):
     """Few save times are counted by comparing with all of them, many by binary search;
     both must agree with `searchsorted`, repeated times and ties included."""
@@ -413,7 +442,8 @@ def test_many_save_times():
     np.testing.assert_allclose(sol.ys[:, 0], jnp.exp(-many), rtol=1e-7)
 
 
-@pytest.mark.parametrize("t0, t1", [(0.0, 1.0), (1.0, 0.0)])
+# forwards in time: slow; the backwards case covers the path
+@pytest.mark.parametrize("t0, t1", [pytest.param(0.0, 1.0, marks=pytest.mark.slow), (1.0, 0.0)])
 def test_integer_y0_solves_in_the_time_dtype(t0, t1):
     """`y0=1` (diffrax's first example) solves `y' = -y` in the time dtype; an integer
     leaf beside float32 leaves takes float32."""
@@ -459,11 +489,12 @@ def test_unbounded_forward_solve_under_the_default_adjoint(controller):
     np.testing.assert_allclose(unbounded[:, 0, 0], np.exp(-2 * np.asarray(ks)), rtol=1e-6)
 
 
+# the other checkpoint count: slow; `store-all` covers the path
 @pytest.mark.parametrize(
     "adjoint",
     [
         oc.CheckpointAdjoint(),
-        oc.CheckpointAdjoint(checkpoints=2),
+        pytest.param(oc.CheckpointAdjoint(checkpoints=2), marks=pytest.mark.slow),
         oc.InterpolatingAdjoint(),
         oc.BacksolveAdjoint(),
     ],

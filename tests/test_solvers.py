@@ -47,6 +47,17 @@ EVALS_PER_STEP = {
 }
 
 
+# The default run takes one solver of a kind: `Euler` (its own class) and the
+# Runge–Kutta methods (one `AbstractERK` path, each with its own tableau, whose order
+# conditions `test_tableaux.py` checks by default) without and with first-same-as-last
+# stages or, for dense output, with a Hermite and a polynomial interpolant; the other
+# solvers are slow.
+def _cases(cases, default):
+    """`cases` (tuples led by a solver's name) as params, `slow` but for `default`."""
+    slow = pytest.mark.slow
+    return [pytest.param(*c, id=c[0], marks=() if c[0] in default else slow) for c in cases]
+
+
 def _solve_each(problem: ODEProblem, solver, num_steps, saveat, output):
     """`output(sol)` for `ConstantStepSize` solves with each of `num_steps` equal steps.
 
@@ -97,7 +108,7 @@ CONVERGENCE_CASES = [
 
 
 @pytest.mark.parametrize(
-    "name, problem, num_steps", CONVERGENCE_CASES, ids=[c[0] for c in CONVERGENCE_CASES]
+    "name, problem, num_steps", _cases(CONVERGENCE_CASES, {"Euler", "Heun", "Bosh3"})
 )
 def test_convergence_order(name, problem, num_steps):
     solver, order = SOLVERS[name], ORDERS[name]
@@ -127,7 +138,7 @@ DENSE_CASES = [
 
 
 @pytest.mark.parametrize(
-    "name, dense_order, num_steps", DENSE_CASES, ids=[c[0] for c in DENSE_CASES]
+    "name, dense_order, num_steps", _cases(DENSE_CASES, {"Euler", "Heun", "Dopri5"})
 )
 def test_dense_output_convergence(name, dense_order, num_steps):
     problem = HARMONIC
@@ -142,7 +153,9 @@ def test_dense_output_convergence(name, dense_order, num_steps):
     assert abs(slope - dense_order) <= 0.3, (slope, errors)
 
 
-@pytest.mark.parametrize("name", ["Bosh3", "Tsit5", "Dopri5", "Dopri8"])
+@pytest.mark.parametrize(
+    "name", _cases([("Bosh3",), ("Tsit5",), ("Dopri5",), ("Dopri8",)], {"Dopri5"})
+)
 def test_saveat_ts_matches_dense_and_closed_form(name):
     problem = HARMONIC
     ts = jnp.linspace(problem.t0, problem.t1, 23)[1:-1] + 0.013
@@ -214,7 +227,7 @@ ADAPTIVE = [name for name in ORDERS if name != "Euler"]
 INITIAL_STEP_EVALS = 2
 
 
-@pytest.mark.parametrize("name", ADAPTIVE)
+@pytest.mark.parametrize("name", _cases([(n,) for n in ADAPTIVE], {"Midpoint", "Tsit5"}))
 def test_vector_field_evaluations_adaptive(name):
     # Loose enough to be cheap, tight enough to reject steps near the pole of tan.
     controller = oc.PIDController(rtol=1e-5, atol=1e-5)

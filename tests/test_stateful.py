@@ -33,8 +33,16 @@ def _lotka_volterra(t, y, args):
 LV_Y0 = np.array([1.0, 0.5])
 
 
+def _one_solver(default):
+    """Each solver, `slow` but for `default` (the other runs the same path by default)."""
+    return [n if n == default else pytest.param(n, marks=pytest.mark.slow) for n in SOLVERS]
+
+
+# the harmonic oscillator: slow; the tangent problem measures each solver's order
 @pytest.mark.parametrize("name", SOLVERS)
-@pytest.mark.parametrize("problem", [TANGENT, HARMONIC], ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "problem", [TANGENT, pytest.param(HARMONIC, marks=pytest.mark.slow)], ids=lambda p: p.name
+)
 def test_convergence_order(name, problem):
     num_steps = [100, 200, 400, 800]
     span = problem.t1 - problem.t0
@@ -264,7 +272,7 @@ DIFFERENTIATE = [
 
 
 @pytest.mark.parametrize("differentiate", DIFFERENTIATE)
-@pytest.mark.parametrize("name", SOLVERS)
+@pytest.mark.parametrize("name", _one_solver("LeapfrogMidpoint"))
 def test_vmap(name, differentiate):
     loss = _loss(SOLVERS[name](), oc.CheckpointAdjoint(checkpoints=3), oc.ConstantStepSize())
     fn = _value(loss, differentiate)
@@ -277,7 +285,7 @@ def test_vmap(name, differentiate):
 
 
 @pytest.mark.parametrize("differentiate", DIFFERENTIATE)
-@pytest.mark.parametrize("name", SOLVERS)
+@pytest.mark.parametrize("name", _one_solver("ReversibleHeun"))
 def test_float32(name, differentiate):
     """float32 in, float32 out (solution and gradient), within float32's reach of the
     float64 values."""
@@ -298,7 +306,7 @@ def _schrodinger(t, y, args):
     return jnp.asarray(-1j * H, y.dtype) @ y
 
 
-@pytest.mark.parametrize("name", SOLVERS)
+@pytest.mark.parametrize("name", _one_solver("LeapfrogMidpoint"))
 def test_complex_state_against_the_closed_form(name):
     import scipy.linalg
 
@@ -309,7 +317,7 @@ def test_complex_state_against_the_closed_form(name):
     assert error <= 1e-3, error
 
 
-@pytest.mark.parametrize("name", SOLVERS)
+@pytest.mark.parametrize("name", _one_solver("ReversibleHeun"))
 def test_pytree_state_matches_the_array_state(name):
     def field(t, y, args):
         prey, predator = _lotka_volterra(t, jnp.stack([y["prey"], y["predator"]]), args)
@@ -323,7 +331,7 @@ def test_pytree_state_matches_the_array_state(name):
 
 
 @pytest.mark.parametrize("differentiate", DIFFERENTIATE)
-@pytest.mark.parametrize("name", SOLVERS)
+@pytest.mark.parametrize("name", _one_solver("LeapfrogMidpoint"))
 def test_strict_promotion_gives_standard_results_bit_for_bit(name, differentiate):
     loss = _loss(
         SOLVERS[name](),

@@ -303,7 +303,8 @@ def _final_values(field, solver, y0, args, t1, num_steps):
     return jax.jit(jax.vmap(solve))(t1 / jnp.asarray(num_steps, float))
 
 
-@pytest.mark.parametrize("name", solver_params(fast=FAST | {"Kvaerno4"}))
+# Kvaerno5: slow; Kvaerno4 runs the ESDIRK path
+@pytest.mark.parametrize("name", solver_params(fast={"Rodas5P", "Kvaerno4"}))
 def test_order_on_linear_problem(name):
     solver, order, _ = SOLVERS[name]
     num_steps = [16, 23, 32, 45, 64, 90]
@@ -324,7 +325,8 @@ def test_order_on_prothero_robinson(name):
     assert np.max(errors) < 1e-6
 
 
-@pytest.mark.parametrize("name", solver_params(fast=FAST | {"Kvaerno4"}))
+# Kvaerno5: slow; Kvaerno4's interpolant runs the ESDIRK dense-output path
+@pytest.mark.parametrize("name", solver_params(fast={"Rodas5P", "Kvaerno4"}))
 def test_dense_output_converges_at_the_order(name):
     """Saved times strictly inside steps converge at the method's order: the dense
     output's local error (`O(h^5)` for Rodas5P's and Kvaerno5's fourth-order
@@ -707,7 +709,10 @@ def robertson_tree(t, y, k):
     return {"a": flat[0], "bc": (flat[1], flat[2])}
 
 
-@pytest.mark.parametrize("name", solver_params(fast={"Ros3P", "Kvaerno3"}))
+# The ESDIRKs: slow; Kvaerno3 and Kvaerno5 solve PyTree states by default in
+# test_linear_solvers.py::test_failing_linear_solve_rejects_the_step_or_names_itself
+# and test_sparse_jacobians.py::test_coloured_and_preconditioned_match_dense
+@pytest.mark.parametrize("name", solver_params(fast={"Ros3P"}))
 def test_pytree_state_matches_flat_state(name):
     solver, k = SOLVERS[name][0], jnp.asarray(ROBERTSON_K)
     y0 = {"a": jnp.asarray(1.0), "bc": (jnp.asarray(0.0), jnp.asarray(0.0))}

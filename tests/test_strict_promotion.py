@@ -151,10 +151,12 @@ CASES["traced_schedule-constant"] = _traced_schedule(oc.ConstantStepSize())
 CASES["traced_schedule-pid"] = _traced_schedule(_PID)
 
 
-# The default run keeps these (each compiles twice); the rest are marked slow.
+# The default run keeps these (each compiles twice); the rest are marked slow. Among
+# them: pid-pcoeff-f32 (the PID update and float32 states run in
+# backsolve-f32-f64_times) and euler-constant (constant steps without an error estimate
+# and a checkpointed gradient under strict promotion: test_partitioned.py's and
+# test_implicit_euler.py's test_strict_promotion_with_complex64_and_float32).
 _QUICK = {
-    "euler-constant",
-    "pid-pcoeff-f32",
     "checkpoint_3-t0_t1-reversed",
     "interpolating-ts",
     "backsolve-f32-f64_times",

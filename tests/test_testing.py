@@ -7,6 +7,7 @@ entry by entry and along random directions, for plain functions, an equinox MLP 
 """
 
 import functools
+import itertools
 
 import equinox as eqx
 import jax
@@ -23,6 +24,16 @@ from odeckpt.testing import _fd
 PLANTED = 1e-3
 DTYPES = [jnp.float32, jnp.float64]
 MODES = ["full", "directional"]
+
+
+def product(slow=(), **axes):
+    """The cases of stacked `parametrize`s over `axes` (ids joined in the order given),
+    those whose id is in `slow` marked `slow`."""
+    cases = []
+    for values in itertools.product(*axes.values()):
+        name = "-".join(getattr(v, "__name__", str(v)) for v in values)
+        cases.append(pytest.param(*values, id=name, marks=pytest.mark.slow if name in slow else ()))
+    return cases
 
 
 def planted_vjp(f, rel=PLANTED):
@@ -81,8 +92,11 @@ def point(dtype, n=6):
 # The acceptance criterion: a planted 1e-3 error fails, correct gradients pass
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("dtype", DTYPES)
+# each dtype and each mode once by default; the other two cases: slow
+@pytest.mark.parametrize(
+    "dtype, mode",
+    product({"float64-directional", "float32-full"}, dtype=DTYPES, mode=MODES),
+)
 def test_planted_vjp_error_is_a_mismatch(dtype, mode):
     with pytest.raises(AssertionError, match="mismatch: the gradient is wrong") as failed:
         oct.assert_grads_close(planted_vjp(exp_sin), point(dtype), mode=mode)
@@ -90,24 +104,41 @@ def test_planted_vjp_error_is_a_mismatch(dtype, mode):
     assert leaf.max_rel_error == pytest.approx(PLANTED, rel=0.1)
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("fn", FUNCTIONS)
+# exp_sin in each dtype and mode; poly and log_sum_exp (the same path): slow
+@pytest.mark.parametrize(
+    "fn, dtype, mode",
+    product(
+        {
+            f"{fn}-{dtype}-{mode}"
+            for fn in ("poly", "log_sum_exp")
+            for dtype in ("float32", "float64")
+            for mode in MODES
+        },
+        fn=FUNCTIONS,
+        dtype=DTYPES,
+        mode=MODES,
+    ),
+)
 def test_correct_gradients_pass(fn, dtype, mode):
     report = oct.assert_grads_close(fn, point(dtype), mode=mode)
     assert report.leaves[0].dtype == jnp.dtype(dtype).name
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("dtype", DTYPES)
+# each dtype and each mode once by default; the other two cases: slow
+@pytest.mark.parametrize(
+    "dtype, mode",
+    product({"float32-directional", "float64-full"}, dtype=DTYPES, mode=MODES),
+)
 def test_forward_mode_passes_correct_and_fails_planted_jvp(dtype, mode):
     oct.assert_grads_close(exp_sin, point(dtype), mode=mode, ad="forward")
     with pytest.raises(AssertionError, match="mismatch"):
         oct.assert_grads_close(planted_jvp(exp_sin), point(dtype), mode=mode, ad="forward")
 
 
-@pytest.mark.parametrize("order", [1, 3])
-@pytest.mark.parametrize("dtype", DTYPES)
+# each dtype and each order once by default; the other two cases: slow
+@pytest.mark.parametrize(
+    "dtype, order", product({"float64-3", "float32-1"}, dtype=DTYPES, order=[1, 3])
+)
 def test_richardson_order_passes_correct_and_fails_planted(dtype, order):
     oct.assert_grads_close(log_sum_exp, point(dtype), order=order)
     with pytest.raises(AssertionError, match="mismatch"):
@@ -143,8 +174,11 @@ def test_error_in_one_entry_is_located():
 # The FD error estimate and the verdicts built on it
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("fn", FUNCTIONS)
+# log_sum_exp: slow; poly and exp_sin run the same estimate in both dtypes
+@pytest.mark.parametrize(
+    "fn, dtype",
+    product({"log_sum_exp-float32", "log_sum_exp-float64"}, fn=FUNCTIONS, dtype=DTYPES),
+)
 def test_fd_error_estimate_bounds_the_actual_fd_error(fn, dtype):
     x = point(dtype, 40)
     leaf = oct.check_grads(fn, x).leaves[0]
@@ -214,8 +248,15 @@ def nan_gradient(x):
     return planted_vjp(poly, rel=jnp.nan)(x)
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("fn", [nan_everywhere, nan_off_the_point, nan_gradient])
+# each source of NaN once and each mode by default; the other three cases: slow
+@pytest.mark.parametrize(
+    "fn, mode",
+    product(
+        {"nan_everywhere-full", "nan_off_the_point-directional", "nan_gradient-full"},
+        fn=[nan_everywhere, nan_off_the_point, nan_gradient],
+        mode=MODES,
+    ),
+)
 def test_nan_fails_loudly(fn, mode):
     with pytest.raises(AssertionError, match="non-finite: NaN or inf") as failed:
         oct.assert_grads_close(fn, point(jnp.float64), mode=mode)
@@ -237,8 +278,10 @@ def mlp_loss(model, xs):
     return jnp.mean(jax.vmap(model)(xs) ** 2)
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("dtype", DTYPES)
+# each dtype and each mode once by default; the other two cases: slow
+@pytest.mark.parametrize(
+    "dtype, mode", product({"float32-full", "float64-directional"}, dtype=DTYPES, mode=MODES)
+)
 def test_equinox_mlp(dtype, mode):
     report = oct.assert_grads_close(mlp_loss, *mlp_and_inputs(dtype), mode=mode)
     paths = (
@@ -369,7 +412,16 @@ def test_diffeqsolve_float64(adjoint, ad):
     oct.assert_grads_close(decay, k, y0, adjoint, 1e-8, argnums=(0, 1), ad=ad, rtol=1e-6)
 
 
-@pytest.mark.parametrize(("adjoint", "ad"), ADJOINTS)
+# float32 under BacksolveAdjoint by default; the other adjoints' float32 cases are slow
+# (their paths run in test_diffeqsolve_float64, float32 reverse and forward mode in
+# test_diffeqsolve_float32_without_x64 and test_forward_mode_passes_correct_and_fails_planted_jvp)
+FLOAT32_ADJOINTS = [
+    p if p.id == "backsolve" else pytest.param(*p.values, id=p.id, marks=pytest.mark.slow)
+    for p in ADJOINTS
+]
+
+
+@pytest.mark.parametrize(("adjoint", "ad"), FLOAT32_ADJOINTS)
 def test_diffeqsolve_float32(adjoint, ad):  # float32 state, float64 time (x64 enabled)
     k, y0 = jnp.asarray(0.7, jnp.float32), jnp.asarray([1.3, -0.4], jnp.float32)
     report = oct.assert_grads_close(decay, k, y0, adjoint, 1e-5, argnums=(0, 1), ad=ad, rtol=1e-3)
