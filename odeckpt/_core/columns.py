@@ -79,8 +79,14 @@ _p = Primitive("odeckpt_forward_transposed")
 _p.multiple_results = True
 
 
-def _impl(*args, f: _Map):
+def _impl(*args, f):
+    """`f.call` (a `_Map`'s or a `_Jvp`'s), compiled."""
     return jax.jit(f.call)(*args)
+
+
+def _lower(ctx, *args, f):
+    """`f.call` (a `_Map`'s or a `_Jvp`'s) lowered in place of the primitive."""
+    return mlir.lower_fun(f.call, multiple_results=True)(ctx, *args)
 
 
 def _abstract(*avals, f):
@@ -127,9 +133,7 @@ def _batch(args, dims, *, f: _Map):
 
 _p.def_impl(_impl)
 _p.def_abstract_eval(_abstract)
-mlir.register_lowering(
-    _p, lambda ctx, *args, f: mlir.lower_fun(f.call, multiple_results=True)(ctx, *args)
-)
+mlir.register_lowering(_p, _lower)
 ad.primitive_jvps[_p] = _jvp
 ad.primitive_transposes[_p] = _transpose
 batching.primitive_batchers[_p] = _batch
@@ -204,11 +208,9 @@ def _jvp_jvp(primals, tangents, *, f: _Jvp):
     return jax.jvp(f.call, tuple(primals), tuple(tangents))
 
 
-_jvp_p.def_impl(lambda *args, f: jax.jit(f.call)(*args))
+_jvp_p.def_impl(_impl)
 _jvp_p.def_abstract_eval(_abstract)
-mlir.register_lowering(
-    _jvp_p, lambda ctx, *args, f: mlir.lower_fun(f.call, multiple_results=True)(ctx, *args)
-)
+mlir.register_lowering(_jvp_p, _lower)
 ad.primitive_jvps[_jvp_p] = _jvp_jvp
 batching.primitive_batchers[_jvp_p] = _jvp_batch
 pe.custom_partial_eval_rules[_jvp_p] = _jvp_partial_eval
