@@ -203,6 +203,9 @@ def _rosenbrock_stages(tableau: tab.RosenbrockTableau, flat: la.Flat, t0, dt, f0
     """The stage increments `k_1..k_s`, `y1` (see `RosenbrockTableau`), and whether
     every stage's linear solve (`solve(rhs) -> (W^-1 rhs, ok)`) succeeded."""
     h = dt.astype(flat.y.dtype)
+    # One reciprocal, then products: XLA fuses a product by a scalar into each
+    # combination, but keeps every quotient `C_ij / h` a separate kernel.
+    inv_h = 1 / h
     ks, solved = [], jnp.asarray(True)
     for i in range(tableau.stages):
         if i == 0:
@@ -210,7 +213,7 @@ def _rosenbrock_stages(tableau: tab.RosenbrockTableau, flat: la.Flat, t0, dt, f0
         else:
             u = la.combine(flat.y, tableau.a[i], ks)
             value = flat.f(t0 + tableau.c[i] * dt, u)
-        rhs = la.combine(value, [cij / h for cij in tableau.C[i]], ks)
+        rhs = la.combine(value, [cij * inv_h for cij in tableau.C[i]], ks)
         if tableau.d[i] != 0:
             rhs = rhs + (h * tableau.d[i]) * dfdt
         k, ok = solve(rhs)
