@@ -29,6 +29,15 @@ class DenseInterpolation(eqx.Module):
     y0: Y | None = None  # returned when no step was taken (e.g. t0 == t1)
     reached: jax.Array | None = None  # internal time a failed solve reached; inf beyond
     start: jax.Array | None = None  # the solve's t0 as given (default: the first step's)
+    ends: jax.Array  # the steps' ends in internal time, inf past `num_steps` (searched)
+
+    def __init__(self, steps, num_steps, direction, y0=None, reached=None, start=None):
+        self.steps, self.num_steps, self.direction = steps, num_steps, direction
+        self.y0, self.reached, self.start = y0, reached, start
+        # Masked once here, not at every evaluation (an evaluation then costs a
+        # binary search, not a pass over all max_steps rows).
+        n = steps.t1.shape[0]
+        self.ends = jnp.where(jnp.arange(n, dtype=jnp.int32) < num_steps, steps.t1, jnp.inf)
 
     @property
     def t0(self) -> jax.Array:
@@ -94,8 +103,7 @@ class DenseInterpolation(eqx.Module):
         """The step whose polynomial holds at internal time `tau`: at a boundary, the
         earlier of the two in `t` for `left` (in internal time: the earlier one when
         integrating forwards, the later one backwards)."""
-        n = self.steps.t1.shape[0]
-        ends = jnp.where(jnp.arange(n, dtype=jnp.int32) < self.num_steps, self.steps.t1, jnp.inf)
+        ends = self.ends
         direction = concrete(self.direction)
         if direction is None:  # traced: both searches, and a select
             before = jnp.searchsorted(ends, tau, side="left")
