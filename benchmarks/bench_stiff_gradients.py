@@ -8,6 +8,10 @@ Problems:
 - Robertson's kinetics over [0, 1e5], rtol = 1e-8, atol = 1e-12; the loss is
   `w . y(1e5)` (`w = (1, 1e4, 1)`), differentiated with respect to the three rate
   constants.
+- HIRES (Hairer & Wanner's "High Irradiance RESponse", 8 states) over [0, 321.8122],
+  rtol = 1e-8, atol = 1e-10, written with its 12 rate constants as parameters (as
+  SciMLBenchmarks does); the loss is `sum(y(321.8122)^2)`, differentiated with
+  respect to the 12 constants.
 - The 1-D Brusselator on M interior points of [0, 1] (N = 2M states; M = 32: 64
   states), `u' = A + u^2 v - (B + 1) u + alpha u_xx`, `v' = B u - u^2 v + alpha v_xx`,
   u = 1, v = 3 at both ends, u(0) = 1 + sin(2 pi x), v(0) = 3, over [0, 10], rtol =
@@ -17,6 +21,9 @@ Problems:
 Times are medians of interleaved samples of the compiled functions (`jax.jit`, the
 parameters as input); "gradient / forward" divides a solver's gradient time by its own
 forward time. Memory: XLA's `temp_size_in_bytes` of the compiled gradient.
+"bound": for `CheckpointAdjoint(16)`, the gradient time the checkpointed reversal may
+take, in forward solves: `E/n + 2`, with n the steps attempted and `E = n + t(n, 16)`
+the step evaluations of the Revolve schedule (`odeckpt.schedules.optimal_total`).
 "difference": the relative difference (2-norm) of a gradient from the same solver's
 `CheckpointAdjoint(16)` gradient (diffsol-jax's: from `Rodas5P`'s). diffsol-jax
 (`pip install diffsol-jax`) is optional: its rows are skipped without it; it takes a
@@ -33,14 +40,39 @@ from _common import Section, Table, bytes_cell, interleaved_medians, seconds_cel
 from _stiff import ROBERTSON_K, ROBERTSON_W, ROBERTSON_Y0, robertson
 
 import odeckpt as oc
+from odeckpt.schedules import optimal_total
 
 BRUSSELATOR_P = np.asarray([1.0, 3.0, 0.02])
+HIRES_P = np.asarray([1.71, 0.43, 8.32, 0.0007, 8.75, 10.03, 0.035, 1.12, 1.745, 280.0, 0.69, 1.81])
+HIRES_Y0 = np.asarray([1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0057])
+CHECKPOINTS = 16
 SOLVERS = {"Rodas5P": oc.Rodas5P, "Kvaerno5": oc.Kvaerno5, "RadauIIA5": oc.RadauIIA5}
 ADJOINTS = {
-    "CheckpointAdjoint(16)": oc.CheckpointAdjoint(checkpoints=16),
+    "CheckpointAdjoint(16)": oc.CheckpointAdjoint(checkpoints=CHECKPOINTS),
     "ForwardMode()": oc.ForwardMode(),
     "InterpolatingAdjoint()": oc.InterpolatingAdjoint(),
 }
+
+
+def hires(t, y, p):
+    """HIRES with its rate constants `p` (12) as parameters."""
+    return jnp.stack(hires_scalar(t, y, p))
+
+
+def hires_scalar(t, y, p):
+    """HIRES as a tuple of scalar expressions (also diffsol-jax's lowering)."""
+    u1, u2, u3, u4, u5, u6, u7, u8 = (y[i] for i in range(8))
+    reaction = p[9] * u6 * u8
+    return (
+        -p[0] * u1 + p[1] * u2 + p[2] * u3 + p[3],
+        p[0] * u1 - p[4] * u2,
+        -p[5] * u3 + p[1] * u4 + p[6] * u5,
+        p[2] * u2 + p[0] * u3 - p[7] * u4,
+        -p[8] * u5 + p[1] * u6 + p[1] * u7,
+        -reaction + p[10] * u4 + p[0] * u5 - p[1] * u6 + p[10] * u7,
+        reaction - p[11] * u7,
+        -reaction + p[11] * u7,
+    )
 
 
 def brusselator(m):
@@ -110,6 +142,17 @@ def problems(quick: bool) -> list[Problem]:
         1e-8,
         1e-12,
     )
+    hires_problem = Problem(
+        "HIRES [0, 321.8122]",
+        hires,
+        hires_scalar,
+        HIRES_Y0,
+        321.8122,
+        HIRES_P,
+        None,
+        1e-8,
+        1e-10,
+    )
     m = 8 if quick else 32
     bruss = Problem(
         f"Brusselator 1-D, {2 * m} states [0, 10]",
@@ -122,7 +165,7 @@ def problems(quick: bool) -> list[Problem]:
         1e-6,
         1e-8,
     )
-    return [rober, bruss]
+    return [rober, hires_problem, bruss]
 
 
 def _rober_scalar(t, y, k):
@@ -148,12 +191,12 @@ def odeckpt_fns(problem: Problem, solver, adjoint):
             adjoint=adjoint,
             max_steps=100_000,
         )
-        return sol.ys[-1], sol.stats["num_accepted_steps"]
+        return sol.ys[-1], (sol.stats["num_accepted_steps"], sol.stats["num_steps"])
 
     forward = jax.jit(lambda p: problem.loss(final(p)[0]))
     gradient = jax.jit(jax.grad(lambda p: problem.loss(final(p)[0])))
-    steps = int(jax.jit(lambda p: final(p)[1])(jnp.asarray(problem.params)))
-    return forward, gradient, steps
+    accepted, attempted = jax.jit(lambda p: final(p)[1])(jnp.asarray(problem.params))
+    return forward, gradient, (int(accepted), int(attempted))
 
 
 def diffsol_fns(problem: Problem):
@@ -173,6 +216,11 @@ def diffsol_fns(problem: Problem):
     forward = jax.jit(lambda p: problem.loss(final(p)))
     gradient = jax.jit(jax.grad(lambda p: problem.loss(final(p))))
     return forward, gradient
+
+
+def _bound(attempted: int) -> str:
+    """`E/n + 2` forward solves (see the module's docstring)."""
+    return f"{optimal_total(attempted, CHECKPOINTS) / attempted + 2:.1f}"
 
 
 def _relative(g, ref) -> float:
@@ -210,10 +258,11 @@ def problem_rows(problem: Problem, quick: bool) -> list[list[str]]:
                 problem.name,
                 solver_name,
                 mode,
-                str(steps.get(solver_name, "—")),
+                str(steps[solver_name][0]) if solver_name in steps else "—",
                 seconds_cell(forward),
                 seconds_cell(seconds),
                 f"{seconds / forward:.1f}",
+                _bound(steps[solver_name][1]) if mode == "CheckpointAdjoint(16)" else "—",
                 bytes_cell(memory[solver_name, mode]) if (solver_name, mode) in memory else "—",
                 f"{_relative(grad, reference(solver_name)):.1e}",
             ]
@@ -229,6 +278,7 @@ COLUMNS = [
     "forward",
     "gradient",
     "gradient / forward",
+    "bound",
     "gradient memory",
     "difference",
 ]
