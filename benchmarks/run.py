@@ -95,7 +95,7 @@ FULL_BUDGET_SECONDS = {
     "hvp": 120,
     "eager": 120,
     "large_stiff": 2400,
-    "stiff_gradients": 480,
+    "stiff_gradients": 960,
 }
 
 _BLOCK = re.compile(r"<!-- section:(\w+) -->\n.*?<!-- /section:\1 -->\n", re.S)
