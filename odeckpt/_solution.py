@@ -26,10 +26,10 @@ class DenseInterpolation(eqx.Module):
     steps: DenseStep  # stacked: leaves have a leading axis of length max_steps
     num_steps: jax.Array
     direction: jax.Array
+    ends: jax.Array  # the steps' ends in internal time, inf past `num_steps` (searched)
     y0: Y | None = None  # returned when no step was taken (e.g. t0 == t1)
     reached: jax.Array | None = None  # internal time a failed solve reached; inf beyond
     start: jax.Array | None = None  # the solve's t0 as given (default: the first step's)
-    ends: jax.Array  # the steps' ends in internal time, inf past `num_steps` (searched)
 
     def __init__(self, steps, num_steps, direction, y0=None, reached=None, start=None):
         self.steps, self.num_steps, self.direction = steps, num_steps, direction
