@@ -33,6 +33,7 @@ LAYERS = (
     ("_event",),
     ("_checkpointing",),
     ("_integrator",),
+    ("_saved_rows",),
     ("_solution",),
     ("_adjoints",),
     ("_validate",),
