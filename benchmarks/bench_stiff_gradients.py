@@ -46,9 +46,10 @@ BRUSSELATOR_P = np.asarray([1.0, 3.0, 0.02])
 HIRES_P = np.asarray([1.71, 0.43, 8.32, 0.0007, 8.75, 10.03, 0.035, 1.12, 1.745, 280.0, 0.69, 1.81])
 HIRES_Y0 = np.asarray([1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0057])
 CHECKPOINTS = 16
+CHECKPOINTED = f"CheckpointAdjoint({CHECKPOINTS})"
 SOLVERS = {"Rodas5P": oc.Rodas5P, "Kvaerno5": oc.Kvaerno5, "RadauIIA5": oc.RadauIIA5}
 ADJOINTS = {
-    "CheckpointAdjoint(16)": oc.CheckpointAdjoint(checkpoints=CHECKPOINTS),
+    CHECKPOINTED: oc.CheckpointAdjoint(checkpoints=CHECKPOINTS),
     "ForwardMode()": oc.ForwardMode(),
     "InterpolatingAdjoint()": oc.InterpolatingAdjoint(),
 }
@@ -245,7 +246,7 @@ def problem_rows(problem: Problem, quick: bool) -> list[list[str]]:
     first = next(iter(SOLVERS))
 
     def reference(solver_name):  # the same solver's checkpointed gradient
-        return grads[solver_name if solver_name in SOLVERS else first, "CheckpointAdjoint(16)"]
+        return grads[solver_name if solver_name in SOLVERS else first, CHECKPOINTED]
 
     named = {f"{a} | {b}": fn for (a, b), fn in fns.items()}
     times = interleaved_medians(named, (params,), 6.0 if quick else 40.0)
@@ -262,7 +263,7 @@ def problem_rows(problem: Problem, quick: bool) -> list[list[str]]:
                 seconds_cell(forward),
                 seconds_cell(seconds),
                 f"{seconds / forward:.1f}",
-                _bound(steps[solver_name][1]) if mode == "CheckpointAdjoint(16)" else "—",
+                _bound(steps[solver_name][1]) if mode == CHECKPOINTED else "—",
                 bytes_cell(memory[solver_name, mode]) if (solver_name, mode) in memory else "—",
                 f"{_relative(grad, reference(solver_name)):.1e}",
             ]

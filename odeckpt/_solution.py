@@ -2,7 +2,6 @@
 
 import equinox as eqx
 import jax
-import jax.core
 import jax.numpy as jnp
 from jaxtyping import PyTree
 
@@ -210,8 +209,9 @@ def build_solution(
         (final.result == RESULTS.successful) & ~reached, RESULTS.max_steps_reached, final.result
     ).astype(jnp.int32)
     ok = is_okay(result)
-    end = SolveEnd(problem, state0, final, ok, out.num_steps, t0, t1, sign, y0,
-               event_end(problem, final, t1, sign), fixed_times, integrator.max_steps)  # fmt: skip
+    end_at = event_end(problem, final, t1, sign)
+    end = SolveEnd(problem, state0, final, ok, out.num_steps, t0, t1, sign, y0, end_at,
+                   fixed_times, integrator.max_steps)  # fmt: skip
     subs, structure = sub_saves(saveat)
     saved = integrator.outputs(out.buffers)
     rows = [
